@@ -1,0 +1,167 @@
+"""Settings: defaults, then `veriloop.toml`, then `VERILOOP_*` environment variables, then CLI flags.
+
+Each section is a model whose fields carry a description, so `veriloop config show` and the
+docs explain themselves. Nested fields are set from the environment with a double underscore:
+`VERILOOP_LLM__BACKEND=openai`, `VERILOOP_STORE__URL=postgresql+psycopg://...`.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from veriloop.errors import ConfigError
+
+CONFIG_ENV = "VERILOOP_CONFIG"
+DEFAULT_CONFIG_FILE = "veriloop.toml"
+
+
+def _default_home() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "veriloop"
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class PathSettings(Section):
+    """Where veriloop keeps its files."""
+
+    home: Path = Field(default_factory=_default_home, description="Root for the database, caches and exports.")
+    data_dir: Path | None = Field(
+        None, description="Benchmark data folder (the layout of shared/data); None uses bundled data only."
+    )
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.home / "cache"
+
+
+class LLMSettings(Section):
+    """The shared inference backend."""
+
+    backend: str = Field("embedded", description="Backend name: embedded, openai or vllm.")
+    model: str = Field(
+        "smollm2-135m-instruct",
+        description="Model: the embedded default, a Hugging Face model folder, checkpoint:ID, or a server model name.",
+    )
+    torch_threads: int = Field(1, ge=1, le=256, description="Torch intra-op threads; 1 is fastest on shared cores.")
+    max_batch_size: int = Field(8, ge=1, le=256, description="Rows decoded together by the continuous batcher.")
+    device: str = Field("cpu", description="Torch device for the embedded backend (cpu, cuda).")
+    dtype: str = Field("float32", description="Weights dtype for the embedded backend (float32, bfloat16).")
+    base_url: str = Field("http://127.0.0.1:8000/v1", description="OpenAI-compatible server for the openai backend.")
+    api_key: str = Field("EMPTY", description="API key sent to the OpenAI-compatible server.")
+    max_concurrency: int = Field(8, ge=1, le=1024, description="Concurrent HTTP requests of the openai backend.")
+    max_retries: int = Field(3, ge=0, le=20, description="Retries with exponential back-off on HTTP failures.")
+    timeout_s: float = Field(120.0, gt=0, description="Per-request timeout of the openai backend.")
+
+
+class StoreSettings(Section):
+    """The trajectory store."""
+
+    url: str | None = Field(
+        None, description="SQLAlchemy URL; None means SQLite at <home>/veriloop.db. PostgreSQL: postgresql+psycopg://..."
+    )
+    busy_timeout_ms: int = Field(30000, ge=0, description="SQLite busy timeout for concurrent writers.")
+
+
+class SandboxSettings(Section):
+    """Where generated code runs."""
+
+    backend: str = Field("process", description="Sandbox backend: process until the sandbox layer lands.")
+    timeout_s: float = Field(10.0, gt=0, description="Default wall-clock limit per job.")
+
+
+class ServiceSettings(Section):
+    """The API server."""
+
+    host: str = Field("127.0.0.1", description="Interface `veriloop serve` binds.")
+    port: int = Field(8000, ge=1, le=65535, description="Port `veriloop serve` binds.")
+    api_token: str | None = Field(None, description="When set, every endpoint but /health requires it.")
+
+
+class Settings(BaseSettings):
+    """Effective settings of one veriloop process."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="VERILOOP_", env_nested_delimiter="__", extra="forbid", validate_default=True
+    )
+
+    paths: PathSettings = Field(default_factory=PathSettings)
+    llm: LLMSettings = Field(default_factory=LLMSettings)
+    store: StoreSettings = Field(default_factory=StoreSettings)
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    service: ServiceSettings = Field(default_factory=ServiceSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # First wins, field by field: CLI flags (init kwargs), environment, the TOML file.
+        return (init_settings, env_settings, _TomlFileSource(settings_cls, _FILE_VALUES.get()))
+
+    @property
+    def database_url(self) -> str:
+        if self.store.url:
+            return self.store.url
+        return f"sqlite:///{self.paths.home / 'veriloop.db'}"
+
+
+_FILE_VALUES: ContextVar[dict[str, Any]] = ContextVar("veriloop_file_values", default={})
+
+
+class _TomlFileSource(PydanticBaseSettingsSource):
+    """The parsed settings file, lowest-priority source after the defaults."""
+
+    def __init__(self, settings_cls: type[BaseSettings], values: dict[str, Any]) -> None:
+        super().__init__(settings_cls)
+        self._values = values
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self._values.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self._values)
+
+
+def read_config_file(path: Path | None) -> dict[str, Any]:
+    """The TOML settings file as a dict; an explicit path that is missing or malformed is an error."""
+    explicit = path is not None or CONFIG_ENV in os.environ
+    candidate = path or Path(os.environ.get(CONFIG_ENV, DEFAULT_CONFIG_FILE))
+    if not candidate.exists():
+        if explicit:
+            raise ConfigError(f"settings file {candidate} does not exist")
+        return {}
+    try:
+        with candidate.open("rb") as handle:
+            return tomllib.load(handle)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"settings file {candidate} is not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read settings file {candidate}: {exc.strerror}") from None
+
+
+def load_settings(config_file: Path | None = None, **flags: Any) -> Settings:
+    """Build the effective settings; `flags` are CLI overrides as nested dicts ({"llm": {"model": ...}})."""
+    token = _FILE_VALUES.set(read_config_file(config_file))
+    try:
+        return Settings(**{key: value for key, value in flags.items() if value})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise ConfigError(f"invalid setting {where}: {first['msg']}") from None
+    finally:
+        _FILE_VALUES.reset(token)

@@ -1,0 +1,51 @@
+"""The inference seam: every agent asks a Backend for completions and never sees how they are made."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from veriloop.config import Settings
+from veriloop.records import Completion, Prompt, SamplingParams
+from veriloop.registry import Registry
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Something that turns prompts into completions.
+
+    `generate` returns one list per request with `params.n` completions each. Implementations
+    may batch concurrent calls together; callers simply `await` many calls at once.
+    """
+
+    name: str
+
+    @property
+    def model_id(self) -> str: ...
+
+    async def generate(self, requests: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class BackendFactory(Protocol):
+    """Backend classes expose this constructor so the registry can build them from settings."""
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Backend: ...
+
+
+BACKENDS: Registry[BackendFactory] = Registry(
+    "backend",
+    {
+        "embedded": "veriloop.llm.embedded:EmbeddedBackend",
+        "openai": "veriloop.llm.openai_backend:OpenAIBackend",
+        "vllm": "veriloop.llm.vllm_backend:VLLMBackend",
+        "scripted": "veriloop.testing:ScriptedBackend",
+    },
+)
+
+
+def get_backend(settings: Settings) -> Backend:
+    """Build the backend named in `settings.llm.backend`."""
+    return BACKENDS.load(settings.llm.backend).from_settings(settings)

@@ -1,0 +1,1 @@
+"""The service face: FastAPI app (REST API, OpenAI-compatible endpoints, dashboard) and executors."""

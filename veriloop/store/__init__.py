@@ -1,0 +1,1 @@
+"""The trajectory store: SQLAlchemy models, sessions, Alembic migrations and exports."""

@@ -1,0 +1,1 @@
+"""Verifiers (tests, Dafny, Nagini, Verus), the spec guard and the verification cache."""
