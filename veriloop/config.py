@@ -68,7 +68,8 @@ class StoreSettings(Section):
     """The trajectory store."""
 
     url: str | None = Field(
-        None, description="SQLAlchemy URL; None means SQLite at <home>/veriloop.db. PostgreSQL: postgresql+psycopg://..."
+        None,
+        description="SQLAlchemy URL; None means SQLite at <home>/veriloop.db. PostgreSQL: postgresql+psycopg://...",
     )
     busy_timeout_ms: int = Field(30000, ge=0, description="SQLite busy timeout for concurrent writers.")
 
@@ -111,7 +112,7 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # First wins, field by field: CLI flags (init kwargs), environment, the TOML file.
-        return (init_settings, env_settings, _TomlFileSource(settings_cls, _FILE_VALUES.get()))
+        return (init_settings, env_settings, _TomlFileSource(settings_cls, _FILE_VALUES.get() or {}))
 
     @property
     def database_url(self) -> str:
@@ -120,7 +121,7 @@ class Settings(BaseSettings):
         return f"sqlite:///{self.paths.home / 'veriloop.db'}"
 
 
-_FILE_VALUES: ContextVar[dict[str, Any]] = ContextVar("veriloop_file_values", default={})
+_FILE_VALUES: ContextVar[dict[str, Any] | None] = ContextVar("veriloop_file_values", default=None)
 
 
 class _TomlFileSource(PydanticBaseSettingsSource):

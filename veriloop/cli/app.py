@@ -48,9 +48,7 @@ def root(
         Path | None,
         typer.Option("--config", "-c", help="Settings file (default: ./veriloop.toml, or $VERILOOP_CONFIG)."),
     ] = None,
-    home: Annotated[
-        Path | None, typer.Option("--home", help="Folder for the database, caches and exports.")
-    ] = None,
+    home: Annotated[Path | None, typer.Option("--home", help="Folder for the database, caches and exports.")] = None,
     database: Annotated[str | None, typer.Option("--database", help="SQLAlchemy URL of the store.")] = None,
     backend: Annotated[str | None, typer.Option("--backend", help="Inference backend name.")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Model for the inference backend.")] = None,
