@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import sys
 
 import click
 import typer
 
-from veriloop.cli import config_cmd  # noqa: F401  (registers commands)
 from veriloop.cli.app import app
 from veriloop.errors import VeriloopError
+
+# Each `*_cmd` module of this package registers its commands on `app` when imported.
+for _module in pkgutil.iter_modules(__path__):
+    if _module.name.endswith("_cmd"):
+        importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = ["app", "main"]
 
