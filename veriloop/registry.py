@@ -34,7 +34,7 @@ class Registry(Mapping[str, str], Generic[T]):
     def register(self, name: str, target: str) -> None:
         self._entries[name] = target
 
-    def load(self, name: str) -> type[T]:
+    def load(self, name: str) -> T:
         """Import and return the implementation registered as `name` (or a full "module:attr" path)."""
         target = self._entries.get(name)
         if target is None and ":" in name:
@@ -47,7 +47,7 @@ class Registry(Mapping[str, str], Generic[T]):
         except ImportError as exc:
             raise ConfigError(f"{self.kind} {name!r} needs a package that is not installed: {exc}") from None
         try:
-            loaded: type[T] = getattr(module, attribute)
+            loaded: T = getattr(module, attribute)
         except AttributeError:
             raise ConfigError(f"{self.kind} {name!r}: {module_name} has no {attribute}") from None
         return loaded

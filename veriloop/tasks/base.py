@@ -1,0 +1,53 @@
+"""A suite is a named, versioned list of Tasks; loaders are registered by name and import lazily."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from veriloop.config import Settings
+from veriloop.errors import ConfigError, NotFoundError
+from veriloop.records import Task
+from veriloop.registry import Registry
+
+
+@dataclass(frozen=True)
+class Suite:
+    """Tasks plus the facts needed to reproduce a result on them."""
+
+    name: str
+    version: str
+    tasks: tuple[Task, ...]
+    source: str = ""
+
+    def select(self, limit: int | None = None, ids: Sequence[str] = ()) -> Suite:
+        """The tasks named in `ids` (in that order), else the first `limit` tasks."""
+        if ids:
+            by_id = {task.id: task for task in self.tasks}
+            missing = [task_id for task_id in ids if task_id not in by_id]
+            if missing:
+                raise NotFoundError(f"suite {self.name} has no task {missing[0]!r}")
+            chosen = tuple(by_id[task_id] for task_id in ids)
+        else:
+            chosen = self.tasks
+        if limit is not None:
+            if limit < 1:
+                raise ConfigError("--limit must be at least 1")
+            chosen = chosen[:limit]
+        return Suite(self.name, self.version, chosen, self.source)
+
+
+SuiteLoader = Callable[[Settings], Suite]
+
+SUITES: Registry[SuiteLoader] = Registry(
+    "suite",
+    {
+        "humaneval": "veriloop.tasks.humaneval:load_humaneval",
+    },
+)
+
+
+def load_suite(name: str, settings: Settings) -> Suite:
+    """Load the suite registered as `name`."""
+    loader = SUITES.load(name)
+    return loader(settings)
