@@ -251,3 +251,43 @@ class Attempt(Record):
     seconds: float = 0.0
     error: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class LLMCall(Record):
+    """One backend call kept on its own (a node's completion is stored the same way, linked to the node)."""
+
+    id: str = Field(default_factory=new_id)
+    run_id: str | None = None
+    node_id: str | None = None
+    task_id: str | None = None
+    prompt: Prompt = Field(default_factory=list, description="Raw text or the conversation sent.")
+    completion: Completion
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+# --------------------------------------------------------------------------- self-improvement and checkpoints
+
+
+class Exemplar(Record):
+    """An item of a self-improvement pool (a verified program, a critique, a translation pair, ...)."""
+
+    id: str = Field(default_factory=new_id)
+    kind: str = Field(description="Pool name: proof, critique, translation, ...")
+    language: str = "python"
+    payload: dict[str, Any] = Field(default_factory=dict)
+    iteration: int = Field(0, ge=0, description="Self-improvement round that produced it.")
+    run_id: str | None = None
+    task_id: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class RegisteredModel(Record):
+    """A trained checkpoint the backends can load as `checkpoint:ID`."""
+
+    id: str = Field(default_factory=new_id)
+    base: str = Field(description="Model it was trained from.")
+    method: str = Field(description="Training method: sft, dpo, rm, ...")
+    path: str = Field(description="Folder holding the weights.")
+    data_hash: str = Field("", description="Content hash of the training data.")
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime = Field(default_factory=utcnow)
