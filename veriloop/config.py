@@ -72,6 +72,11 @@ class StoreSettings(Section):
         description="SQLAlchemy URL; None means SQLite at <home>/veriloop.db. PostgreSQL: postgresql+psycopg://...",
     )
     busy_timeout_ms: int = Field(30000, ge=0, description="SQLite busy timeout for concurrent writers.")
+    create_new_sqlite: bool = Field(
+        True,
+        description="Create and migrate a brand-new empty SQLite database on first use; existing databases at an "
+        "older revision, and every PostgreSQL database, need `veriloop db upgrade`.",
+    )
 
 
 class SandboxSettings(Section):
