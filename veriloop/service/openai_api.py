@@ -1,0 +1,268 @@
+"""OpenAI-compatible endpoints (`/v1/chat/completions`, `/v1/completions`, `/v1/models`) over any Backend.
+
+Each HTTP request becomes one `backend.generate` call awaited on the event loop, so concurrent
+requests reach the backend concurrently and the embedded continuous batcher can decode them
+together. Logprobs are the sampled tokens' own; `top_logprobs` alternatives are not computed by
+our backends, so those lists come back empty. With `stream: true` the answer is sent as
+server-sent events in OpenAI's chunk format, each sample in one chunk once it is complete.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import Annotated, Any
+from uuid import uuid4
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel
+
+from veriloop.config import Settings
+from veriloop.llm.base import Backend
+from veriloop.records import Completion, Message, Prompt, SamplingParams
+from veriloop.service.deps import backend_of, settings_of
+from veriloop.service.http_errors import APIError
+from veriloop.service.openai_schema import (
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatDelta,
+    ChatLogprobs,
+    ChatMessageIn,
+    ChatMessageOut,
+    CompletionRequest,
+    CompletionResponse,
+    ModelCard,
+    ModelList,
+    SamplingFields,
+    TextChoice,
+    TextLogprobs,
+    TokenLogprob,
+    UsageOut,
+)
+
+router = APIRouter(tags=["openai"])
+
+BackendDep = Annotated[Backend, Depends(backend_of)]
+SettingsDep = Annotated[Settings, Depends(settings_of)]
+
+DEFAULT_CHAT_MAX_TOKENS: int = SamplingParams.model_fields["max_tokens"].default
+
+
+@router.get("/models")
+async def list_models(backend: BackendDep) -> ModelList:
+    return ModelList(data=[ModelCard(id=backend.model_id)])
+
+
+@router.post("/chat/completions", response_model=None)
+async def chat_completions(
+    body: ChatCompletionRequest, backend: BackendDep, settings: SettingsDep
+) -> ChatCompletionResponse | StreamingResponse:
+    _check_model(body.model, backend, settings)
+    if body.tools:
+        raise APIError(400, "tools are not supported by this server", param="tools")
+    if body.response_format and body.response_format.get("type", "text") != "text":
+        raise APIError(400, "only response_format type 'text' is supported", param="response_format")
+    max_tokens = body.max_completion_tokens or body.max_tokens or DEFAULT_CHAT_MAX_TOKENS
+    params = _params(body, max_tokens, logprobs=body.logprobs)
+    [samples] = await backend.generate([_conversation(body.messages)], params)
+    choices = [
+        ChatChoice(
+            index=index,
+            message=ChatMessageOut(content=sample.text),
+            finish_reason=sample.finish_reason,
+            logprobs=_chat_logprobs(backend, sample) if body.logprobs else None,
+            token_ids=sample.token_ids,
+        )
+        for index, sample in enumerate(samples)
+    ]
+    response = ChatCompletionResponse(
+        id=f"chatcmpl-{uuid4().hex}", model=backend.model_id, choices=choices, usage=_usage([samples])
+    )
+    if body.stream:
+        return _stream(_chat_chunks(response), include_usage=_include_usage(body), usage=response.usage)
+    return response
+
+
+@router.post("/completions", response_model=None)
+async def completions(
+    body: CompletionRequest, backend: BackendDep, settings: SettingsDep
+) -> CompletionResponse | StreamingResponse:
+    _check_model(body.model, backend, settings)
+    if body.echo:
+        raise APIError(400, "echo is not supported by this server", param="echo")
+    if body.suffix:
+        raise APIError(400, "suffix is not supported by this server", param="suffix")
+    prompts = _text_prompts(body.prompt)
+    params = _params(body, body.max_tokens, logprobs=body.logprobs is not None)
+    results = await backend.generate(list(prompts), params)
+    choices = []
+    for prompt_index, (prompt, samples) in enumerate(zip(prompts, results, strict=True)):
+        for sample_index, sample in enumerate(samples):
+            choices.append(
+                TextChoice(
+                    index=prompt_index * params.n + sample_index,
+                    text=sample.text,
+                    finish_reason=sample.finish_reason,
+                    logprobs=_text_logprobs(backend, sample, len(prompt)) if body.logprobs is not None else None,
+                    token_ids=sample.token_ids,
+                )
+            )
+    response = CompletionResponse(
+        id=f"cmpl-{uuid4().hex}", model=backend.model_id, choices=choices, usage=_usage(results)
+    )
+    if body.stream:
+        chunks = [response.model_copy(update={"choices": [choice], "usage": None}) for choice in response.choices]
+        return _stream(chunks, include_usage=_include_usage(body), usage=response.usage)
+    return response
+
+
+# --------------------------------------------------------------------------- request -> backend
+
+
+def _check_model(requested: str | None, backend: Backend, settings: Settings) -> None:
+    if requested and requested not in (backend.model_id, settings.llm.model):
+        raise APIError(
+            404,
+            f"the model {requested!r} does not exist; this server serves {backend.model_id!r}",
+            param="model",
+            code="model_not_found",
+        )
+
+
+def _params(body: SamplingFields, max_tokens: int, *, logprobs: bool) -> SamplingParams:
+    return SamplingParams(
+        n=body.n,
+        temperature=1.0 if body.temperature is None else body.temperature,
+        top_p=1.0 if body.top_p is None else body.top_p,
+        max_tokens=max_tokens,
+        stop=body.stop_list(),
+        seed=body.seed,
+        logprobs=logprobs,
+    )
+
+
+def _conversation(messages: Sequence[ChatMessageIn]) -> Prompt:
+    # OpenAI's newer "developer" role is the system prompt under another name.
+    return [
+        Message(role="system" if message.role == "developer" else message.role, content=message.text())
+        for message in messages
+    ]
+
+
+def _text_prompts(prompt: str | list[str] | list[int] | list[list[int]]) -> list[str]:
+    if isinstance(prompt, str):
+        return [prompt]
+    if not prompt:
+        raise APIError(400, "prompt must not be empty", param="prompt")
+    if all(isinstance(item, str) for item in prompt):
+        return [str(item) for item in prompt]
+    raise APIError(400, "token-id prompts are not supported by this server; send text", param="prompt")
+
+
+# --------------------------------------------------------------------------- backend -> response
+
+
+def _usage(results: Sequence[Sequence[Completion]]) -> UsageOut:
+    prompt_tokens = sum(samples[0].usage.prompt_tokens for samples in results if samples)
+    completion_tokens = sum(sample.usage.completion_tokens for samples in results for sample in samples)
+    return UsageOut(
+        prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens
+    )
+
+
+def _token_texts(backend: Backend, token_ids: Sequence[int]) -> list[str] | None:
+    """The text of each token when the backend can say it (an optional `token_texts` method)."""
+    token_texts = getattr(backend, "token_texts", None)
+    if not callable(token_texts):
+        return None
+    texts = token_texts(list(token_ids))
+    return [str(text) for text in texts] if len(texts) == len(token_ids) else None
+
+
+def _token_names(backend: Backend, sample: Completion) -> tuple[list[str], bool]:
+    """One name per logprob: the token's text, or vLLM's "token_id:N" spelling when only the id is known."""
+    count = len(sample.logprobs or [])
+    ids = sample.token_ids[:count]
+    texts = _token_texts(backend, ids)
+    if texts is not None and len(ids) == count:
+        return texts, True
+    names = [f"token_id:{token_id}" for token_id in ids]
+    return names + [""] * (count - len(names)), False
+
+
+def _chat_logprobs(backend: Backend, sample: Completion) -> ChatLogprobs:
+    if sample.logprobs is None:
+        return ChatLogprobs(content=None)
+    names, real = _token_names(backend, sample)
+    return ChatLogprobs(
+        content=[
+            TokenLogprob(token=name, logprob=logprob, bytes=list(name.encode()) if real else None)
+            for name, logprob in zip(names, sample.logprobs, strict=True)
+        ]
+    )
+
+
+def _text_logprobs(backend: Backend, sample: Completion, prompt_chars: int) -> TextLogprobs | None:
+    if sample.logprobs is None:
+        return None
+    names, real = _token_names(backend, sample)
+    offsets: list[int] | None = None
+    if real:
+        offsets, position = [], prompt_chars
+        for name in names:
+            offsets.append(position)
+            position += len(name)
+    return TextLogprobs(tokens=names, token_logprobs=list(sample.logprobs), text_offset=offsets)
+
+
+def _chat_chunks(response: ChatCompletionResponse) -> list[ChatCompletionChunk]:
+    head = {"id": response.id, "created": response.created, "model": response.model}
+    chunks = []
+    for choice in response.choices:
+        chunks.append(
+            ChatCompletionChunk(
+                **head, choices=[ChatChunkChoice(index=choice.index, delta=ChatDelta(role="assistant", content=""))]
+            )
+        )
+        chunks.append(
+            ChatCompletionChunk(
+                **head,
+                choices=[
+                    ChatChunkChoice(
+                        index=choice.index,
+                        delta=ChatDelta(content=choice.message.content),
+                        logprobs=choice.logprobs,
+                        token_ids=choice.token_ids,
+                    )
+                ],
+            )
+        )
+        chunks.append(
+            ChatCompletionChunk(
+                **head,
+                choices=[ChatChunkChoice(index=choice.index, delta=ChatDelta(), finish_reason=choice.finish_reason)],
+            )
+        )
+    return chunks
+
+
+def _include_usage(body: SamplingFields) -> bool:
+    return body.stream_options is not None and body.stream_options.include_usage
+
+
+def _stream(chunks: Iterable[BaseModel], *, include_usage: bool, usage: UsageOut | None) -> StreamingResponse:
+    """OpenAI's SSE framing: `data: <json>` per chunk, an optional usage-only chunk, then `data: [DONE]`."""
+    items = list(chunks)
+    if include_usage and items:
+        items.append(items[-1].model_copy(update={"choices": [], "usage": usage}))
+
+    async def events() -> AsyncIterator[str]:
+        for item in items:
+            yield f"data: {item.model_dump_json(exclude_none=True)}\n\n"
+        yield "data: [DONE]\n\n"
+
+    headers: dict[str, Any] = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
