@@ -6,7 +6,18 @@ these doubles only make the logic around them fast and deterministic to test.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
 
 from veriloop.config import Settings
 from veriloop.records import Completion, Message, Prompt, SamplingParams, Usage
@@ -81,3 +92,79 @@ class ScriptedBackend:
 def user(content: str) -> list[Message]:
     """A one-message conversation."""
     return [Message(role="user", content=content)]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+CLI = [sys.executable, "-c", "import sys; from veriloop.cli import main; sys.exit(main())"]
+"""The `veriloop` command line of this interpreter (works without the console script on PATH)."""
+
+
+@dataclass
+class ServedProcess:
+    """A `veriloop serve` child process and where to reach it."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/v1"
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 30.0) -> int:
+        """Send `sig` and wait; returns the exit code (the process is killed if it does not stop)."""
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+
+@contextmanager
+def served(
+    *root_args: str,
+    home: Path,
+    serve_args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = 120.0,
+) -> Iterator[ServedProcess]:
+    """Run `veriloop <root_args> serve <serve_args>` on a free port, home `home`; yields once /health answers."""
+    home.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    log = home / f"serve-{port}.log"
+    command = [*CLI, "--home", str(home), *root_args, "serve", *serve_args]
+    command += ["--host", "127.0.0.1", "--port", str(port)]
+    child_env = {key: value for key, value in os.environ.items() if key != "VERILOOP_CONFIG"}
+    child_env.update(env or {})
+    with log.open("wb") as sink:
+        process = subprocess.Popen(command, cwd=home, env=child_env, stdout=sink, stderr=subprocess.STDOUT)
+    server = ServedProcess(url=f"http://127.0.0.1:{port}", process=process, log=log)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"veriloop serve exited with {process.returncode}: {server.output()[-2000:]}")
+            try:
+                if httpx.get(f"{server.url}/health", timeout=2.0).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"veriloop serve did not answer /health in {timeout_s} s: {server.output()[-2000:]}")
+            time.sleep(0.1)
+        yield server
+    finally:
+        server.stop()

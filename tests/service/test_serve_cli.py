@@ -1,0 +1,66 @@
+"""`veriloop serve` as a real process: it announces its URL, answers, and stops cleanly on signals."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+
+from veriloop.testing import CLI, free_port, served
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_serve_announces_answers_and_stops_cleanly(tmp_path: Path, sig: signal.Signals) -> None:
+    with served("--backend", "scripted", home=tmp_path) as server:
+        reply = httpx.post(
+            f"{server.base_url}/chat/completions", json={"messages": [{"role": "user", "content": "ping"}]}
+        )
+        assert reply.json()["choices"][0]["message"]["content"] == "echo: ping"
+        assert server.stop(sig) == 0
+    output = server.output()
+    assert f"veriloop serving on {server.url}" in output
+    assert f"OpenAI-compatible API at {server.base_url}" in output
+    assert f"stopped on {sig.name}" in output
+    assert "Traceback" not in output
+
+
+def test_serve_json_announcement(tmp_path: Path) -> None:
+    with served("--backend", "scripted", home=tmp_path, serve_args=["--json"]) as server:
+        assert server.stop() == 0
+    first = server.output().splitlines()[0]
+    assert json.loads(first) == {
+        "url": server.url,
+        "openai_base_url": server.base_url,
+        "backend": "scripted",
+        "model": "smollm2-135m-instruct",
+    }
+
+
+def run_cli(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, "--home", str(home), *args], capture_output=True, text=True, timeout=60, cwd=home, check=False
+    )
+
+
+def test_busy_port_is_one_line_error(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = run_cli("--backend", "scripted", "serve", "--port", str(port), home=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"error: cannot listen on 127.0.0.1:{port}")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_unknown_backend_is_one_line_error(tmp_path: Path) -> None:
+    result = run_cli("--backend", "nope", "serve", "--port", str(free_port()), home=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: unknown backend 'nope'; choose one of: embedded, openai, scripted, vllm"
+    ]

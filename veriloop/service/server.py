@@ -1,0 +1,86 @@
+"""Running the app under uvicorn: bind first, build the backend, serve until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+import sys
+from types import FrameType
+
+import uvicorn
+
+from veriloop.config import Settings
+from veriloop.errors import ConfigError
+from veriloop.llm.base import get_backend
+from veriloop.service.app import create_app
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, except that a stop signal ends `serve` quietly instead of being re-raised after it."""
+
+    stop_signal: int | None = None
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.stop_signal = sig
+        if self.should_exit and sig == signal.SIGINT:
+            self.force_exit = True
+        else:
+            self.should_exit = True
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """Bind before the model loads, so a busy port fails fast with one line."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+def base_url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+async def _announce(server: _Server, info: dict[str, str], as_json: bool) -> None:
+    while not server.started:
+        await asyncio.sleep(0.05)
+    if as_json:
+        sys.stdout.write(json.dumps(info) + "\n")
+    else:
+        sys.stdout.write(
+            f"veriloop serving on {info['url']} (OpenAI-compatible API at {info['openai_base_url']}; "
+            f"backend {info['backend']}, model {info['model']}); Ctrl-C stops\n"
+        )
+    sys.stdout.flush()
+
+
+async def serve(settings: Settings, *, as_json: bool = False) -> int | None:
+    """Serve until stopped; returns the signal that stopped the server (None if it stopped by itself)."""
+    host, port = settings.service.host, settings.service.port
+    sock = listen(host, port)
+    try:
+        backend = get_backend(settings)
+    except BaseException:
+        sock.close()
+        raise
+    app = create_app(settings, backend=backend)  # the app's lifespan closes the backend at shutdown
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=10)
+    server = _Server(config)
+    url = base_url(host, port)
+    info = {"url": url, "openai_base_url": f"{url}/v1", "backend": backend.name, "model": backend.model_id}
+    announcer = asyncio.create_task(_announce(server, info, as_json))
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        announcer.cancel()
+        sock.close()
+    return server.stop_signal
