@@ -310,3 +310,11 @@ def test_from_settings_reads_the_llm_section() -> None:
     backend = get_backend(settings)
     assert isinstance(backend, OpenAIBackend)
     assert (backend.base_url, backend.model_id, backend.name) == ("http://127.0.0.1:1/v1", "qwen", "openai")
+
+
+async def test_a_non_openai_answer_is_a_backend_error() -> None:
+    with FakeServer(lambda body, hit: (200, {"hello": "world"}, {})) as server:
+        backend = client(server)
+        with pytest.raises(BackendError, match="did not answer with an OpenAI completion"):
+            await backend.generate([user("hi")], SamplingParams())
+        await backend.aclose()

@@ -223,7 +223,10 @@ class OpenAIBackend:
         attempt = 0
         while True:
             try:
-                return await request()
+                response = await request()
+                if not isinstance(getattr(response, "choices", None), list):
+                    raise BackendError(f"server at {self.base_url} did not answer with an OpenAI completion")
+                return response
             except openai.BadRequestError as exc:
                 if self._request_token_ids and TOKEN_IDS_FIELD in str(exc):
                     self._request_token_ids = False  # a strict server (api.openai.com) rejects the extra field
@@ -235,6 +238,10 @@ class OpenAIBackend:
                 if exc.status_code < 500:
                     raise self._rejected(exc) from None
                 failure = exc
+            except openai.OpenAIError as exc:
+                raise BackendError(
+                    f"server at {self.base_url} gave an unusable answer: {type(exc).__name__}: {_one_line(exc)[:200]}"
+                ) from None
             if attempt >= self._max_retries:
                 raise self._unreachable(failure, attempt + 1) from None
             await asyncio.sleep(self._delay(attempt, failure))
