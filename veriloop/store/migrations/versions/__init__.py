@@ -1,0 +1,1 @@
+"""Alembic revisions, oldest first; each file names its parent in `down_revision`."""
