@@ -128,6 +128,19 @@ def test_completions_batch_indices_usage_and_logprobs(client: TestClient, backen
     assert backend.requests[-1][1].logprobs is True
 
 
+def test_null_fields_take_the_defaults(client: TestClient, backend: ScriptedBackend) -> None:
+    nulls = {"max_tokens": None, "temperature": None, "top_p": None, "stop": None, "seed": None, "logprobs": None}
+    assert client.post(TEXT, json={"prompt": "x", **nulls}).status_code == 200
+    params = backend.requests[-1][1]
+    assert (params.max_tokens, params.temperature, params.top_p, params.stop, params.logprobs) == (
+        16,
+        1.0,
+        1.0,
+        [],
+        False,
+    )
+
+
 def test_completions_stop_cuts_the_text(client: TestClient) -> None:
     body = client.post(TEXT, json={"prompt": "abc STOP def", "stop": ["STOP"]}).json()
     assert body["choices"][0]["text"] == "echo: abc "
@@ -224,9 +237,13 @@ def test_token_auth_guards_everything_but_health(backend: ScriptedBackend) -> No
         assert error["type"] == "authentication_error"
         assert_openai_error(client.get("/v1/models", headers={"Authorization": "Bearer wrong"}), 401)
         assert_openai_error(chat(client), 401)
+        for path in ("/openapi.json", "/docs", "/v1/unknown"):
+            assert_openai_error(client.get(path), 401)
         assert backend.requests == []
-        ok = client.get("/v1/models", headers={"Authorization": "Bearer s3cret"})
-        assert ok.status_code == 200
+        auth = {"Authorization": "Bearer s3cret"}
+        assert client.get("/v1/models", headers=auth).status_code == 200
+        assert client.post(CHAT, json={"messages": [{"role": "user", "content": "x"}]}, headers=auth).status_code == 200
+        assert client.get("/openapi.json", headers=auth).status_code == 200
 
 
 class FailingBackend(ScriptedBackend):

@@ -1,7 +1,7 @@
 """The service's FastAPI app: one backend per process, built at startup and closed at shutdown.
 
 Routers are mounted here and nowhere else; each group of endpoints lives in its own module
-(`openai_api` today). Everything but `/health` sits behind the optional bearer token.
+(`openai_api` today). With `service.api_token` set, everything but `/health` needs the bearer token.
 """
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import FastAPI, Request
 
 import veriloop
 from veriloop.config import Settings
 from veriloop.llm.base import Backend, get_backend
 from veriloop.service import openai_api
-from veriloop.service.deps import require_token
+from veriloop.service.auth import BearerTokenMiddleware
 from veriloop.service.http_errors import install_error_handlers
 
 
@@ -49,6 +49,7 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
             "model": running.model_id if running is not None else settings.llm.model,
         }
 
-    protected = [Depends(require_token)]
-    app.include_router(openai_api.router, prefix="/v1", dependencies=protected)
+    app.include_router(openai_api.router, prefix="/v1")
+    if settings.service.api_token:
+        app.add_middleware(BearerTokenMiddleware, token=settings.service.api_token, open_paths=["/health"])
     return app

@@ -1,8 +1,6 @@
-"""Dependencies shared by the service's routers: the backend, the settings, and token auth."""
+"""Dependencies shared by the service's routers: the running backend and the settings."""
 
 from __future__ import annotations
-
-import secrets
 
 from fastapi import Request
 from starlette.exceptions import HTTPException
@@ -22,13 +20,3 @@ def backend_of(request: Request) -> Backend:
     if backend is None:
         raise HTTPException(503, "the inference backend is not running")
     return backend
-
-
-def require_token(request: Request) -> None:
-    """When `service.api_token` is set, the request must carry `Authorization: Bearer <token>`."""
-    expected = settings_of(request).service.api_token
-    if not expected:
-        return
-    scheme, _, supplied = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not secrets.compare_digest(supplied.strip().encode(), expected.encode()):
-        raise HTTPException(401, "missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"})

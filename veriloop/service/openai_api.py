@@ -49,6 +49,7 @@ BackendDep = Annotated[Backend, Depends(backend_of)]
 SettingsDep = Annotated[Settings, Depends(settings_of)]
 
 DEFAULT_CHAT_MAX_TOKENS: int = SamplingParams.model_fields["max_tokens"].default
+DEFAULT_TEXT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 
 
 @router.get("/models")
@@ -96,7 +97,7 @@ async def completions(
     if body.suffix:
         raise APIError(400, "suffix is not supported by this server", param="suffix")
     prompts = _text_prompts(body.prompt)
-    params = _params(body, body.max_tokens, logprobs=body.logprobs is not None)
+    params = _params(body, body.max_tokens or DEFAULT_TEXT_MAX_TOKENS, logprobs=body.logprobs is not None)
     results = await backend.generate(list(prompts), params)
     choices = []
     for prompt_index, (prompt, samples) in enumerate(zip(prompts, results, strict=True)):

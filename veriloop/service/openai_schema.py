@@ -106,7 +106,7 @@ class ChatCompletionRequest(SamplingFields):
 
 class CompletionRequest(SamplingFields):
     prompt: str | list[str] | list[int] | list[list[int]]
-    max_tokens: int = Field(16, ge=1, le=MAX_TOKENS, description="OpenAI's default is 16.")
+    max_tokens: int | None = Field(16, ge=1, le=MAX_TOKENS, description="OpenAI's default (and ours for null) is 16.")
     logprobs: int | None = Field(None, ge=0, le=20)
     echo: bool = False
     suffix: str | None = None
