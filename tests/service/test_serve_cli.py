@@ -64,3 +64,36 @@ def test_unknown_backend_is_one_line_error(tmp_path: Path) -> None:
     assert result.stderr.strip().splitlines() == [
         "error: unknown backend 'nope'; choose one of: embedded, openai, scripted, vllm"
     ]
+
+
+def test_the_openai_client_understands_the_server(tmp_path: Path) -> None:
+    """OpenAI's own client parses every answer, streamed ones included."""
+    import openai
+
+    with served("--backend", "scripted", home=tmp_path) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+        assert [model.id for model in client.models.list()] == ["smollm2-135m-instruct"]
+        chat = client.chat.completions.create(
+            model="smollm2-135m-instruct", messages=[{"role": "user", "content": "one two"}], n=2, logprobs=True
+        )
+        assert [choice.message.content for choice in chat.choices] == ["echo: one two"] * 2
+        assert chat.choices[0].logprobs is not None and chat.choices[0].logprobs.content is not None
+        assert len(chat.choices[0].logprobs.content) == 3
+        assert chat.usage is not None and chat.usage.total_tokens == 2 + 6
+        text = client.completions.create(model="smollm2-135m-instruct", prompt="a b c", stop=[" c"], max_tokens=5)
+        assert text.choices[0].text == "echo: a b"
+        stream = client.chat.completions.create(
+            model="smollm2-135m-instruct",
+            messages=[{"role": "user", "content": "streamed"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        pieces, usage = [], None
+        for chunk in stream:
+            pieces += [choice.delta.content or "" for choice in chunk.choices]
+            usage = chunk.usage or usage
+        assert "".join(pieces) == "echo: streamed"
+        assert usage is not None and usage.completion_tokens == 2
+        with pytest.raises(openai.NotFoundError):
+            client.chat.completions.create(model="other", messages=[{"role": "user", "content": "x"}])
+        client.close()
