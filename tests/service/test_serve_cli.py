@@ -97,3 +97,21 @@ def test_the_openai_client_understands_the_server(tmp_path: Path) -> None:
         with pytest.raises(openai.NotFoundError):
             client.chat.completions.create(model="other", messages=[{"role": "user", "content": "x"}])
         client.close()
+
+
+@pytest.mark.slow
+def test_serve_can_front_another_openai_server(tmp_path: Path) -> None:
+    """`serve --backend openai` proxies to an upstream server; when that goes away, clients get a 502 naming it."""
+    with served("--backend", "scripted", home=tmp_path / "upstream") as upstream:
+        env = {"VERILOOP_LLM__BASE_URL": upstream.base_url, "VERILOOP_LLM__MAX_RETRIES": "1"}
+        with served("--backend", "openai", home=tmp_path / "front", env=env) as front:
+            body = {"messages": [{"role": "user", "content": "via proxy"}]}
+            reply = httpx.post(f"{front.base_url}/chat/completions", json=body, timeout=30).json()
+            assert reply["choices"][0]["message"]["content"] == "echo: via proxy"
+            assert reply["choices"][0]["token_ids"] == [0, 1, 2]
+            assert upstream.stop() == 0
+            failed = httpx.post(f"{front.base_url}/chat/completions", json=body, timeout=30)
+            assert failed.status_code == 502
+            message = failed.json()["error"]["message"]
+            assert upstream.base_url in message
+            assert "failed after 2 attempts" in message
