@@ -82,8 +82,19 @@ class StoreSettings(Section):
 class SandboxSettings(Section):
     """Where generated code runs."""
 
-    backend: str = Field("process", description="Sandbox backend: process until the sandbox layer lands.")
+    backend: str = Field("bwrap", description="Sandbox backend: bwrap (default), docker, or process (unsafe).")
     timeout_s: float = Field(10.0, gt=0, description="Default wall-clock limit per job.")
+    allow_unsafe: bool = Field(False, description="Let the process backend run code with no isolation at all.")
+    memory_mb: int = Field(512, ge=16, description="Default memory limit per job (cgroup), in MiB.")
+    pids: int = Field(64, ge=4, description="Default limit on processes plus threads per job.")
+    output_bytes: int = Field(1 << 20, ge=1024, description="Default stdout + stderr bytes kept per step.")
+    file_size_mb: int = Field(16, ge=0, description="Default largest file a job may write, in MiB.")
+    open_files: int = Field(256, ge=16, description="Default open file descriptors per job process.")
+    disk_mb: int = Field(64, ge=1, description="Default size of a job's private /work and /tmp, in MiB.")
+    warm_workers: int = Field(2, ge=0, le=64, description="Pre-started sandboxes kept for reuse; 0 = cold only.")
+    work_root: Path | None = Field(None, description="Host folder for job inputs; None = the system temp folder.")
+    docker_image: str = Field("veriloop-sandbox:local", description="Image of the docker backend.")
+    docker_url: str | None = Field(None, description="Docker engine URL; None = DOCKER_HOST or the local socket.")
 
 
 class ServiceSettings(Section):

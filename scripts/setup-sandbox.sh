@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Install and start what veriloop's sandboxes need, as root on Debian 12 with only the package
+# registries reachable. Idempotent: every step checks first and does nothing when already done.
+#
+#   bubblewrap (the default sandbox), debootstrap, Docker (Debian docker.io; dockerd started with
+#   flags that work inside this kind of VM), the language toolchains that are missing, and a local
+#   sandbox image built from a debootstrap root file system (no registry needed).
+#
+# Environment:
+#   VERILOOP_SANDBOX_IMAGE   image tag to build (default veriloop-sandbox:local)
+#   VERILOOP_SKIP_DOCKER=1   only the bubblewrap parts
+#   VERILOOP_SKIP_IMAGE=1    start dockerd but do not build the image
+set -euo pipefail
+
+IMAGE="${VERILOOP_SANDBOX_IMAGE:-veriloop-sandbox:local}"
+CACHE_DIR="${VERILOOP_SANDBOX_CACHE:-/var/cache/veriloop}"
+DOCKERD_LOG="${CACHE_DIR}/dockerd.log"
+# Toolchains inside the local image: the same languages the bwrap backend serves from the host.
+IMAGE_PACKAGES="python3,gcc,g++,libc6-dev,openjdk-17-jdk-headless,nodejs,rustc,golang-go,procps"
+
+log() { printf 'setup-sandbox: %s\n' "$*" >&2; }
+
+if [[ "$(id -u)" != 0 ]]; then
+  log "must run as root"
+  exit 1
+fi
+mkdir -p "$CACHE_DIR"
+
+# ------------------------------------------------------------------ packages
+apt_updated=0
+apt_install() {
+  if [[ $apt_updated == 0 ]]; then
+    apt-get update -qq
+    apt_updated=1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+has_candidate() {
+  [[ $apt_updated == 1 ]] || { apt-get update -qq; apt_updated=1; }
+  apt-cache policy "$1" 2>/dev/null | grep -q 'Candidate: [0-9]'
+}
+
+missing=()
+command -v bwrap >/dev/null || missing+=(bubblewrap)
+command -v setpriv >/dev/null || missing+=(util-linux)
+command -v debootstrap >/dev/null || missing+=(debootstrap)
+command -v gcc >/dev/null || missing+=(gcc libc6-dev)
+command -v g++ >/dev/null || missing+=(g++)
+command -v javac >/dev/null || missing+=(openjdk-17-jdk-headless)
+command -v node >/dev/null || missing+=(nodejs)
+command -v rustc >/dev/null || [[ -x "${HOME:-/root}/.cargo/bin/rustc" ]] || missing+=(rustc)
+if [[ "${VERILOOP_SKIP_DOCKER:-0}" != 1 ]] && ! command -v dockerd >/dev/null; then
+  missing+=(docker.io)
+fi
+if ((${#missing[@]})); then
+  log "installing ${missing[*]}"
+  apt_install "${missing[@]}"
+fi
+if ! command -v go >/dev/null; then
+  if has_candidate golang-go; then
+    log "installing golang-go"
+    apt_install golang-go
+  else
+    log "golang-go has no candidate: language go will report itself unavailable"
+  fi
+fi
+
+[[ "${VERILOOP_SKIP_DOCKER:-0}" == 1 ]] && { log "done (docker skipped)"; exit 0; }
+
+# ------------------------------------------------------------------ dockerd
+docker_up() { docker info >/dev/null 2>&1; }
+if ! docker_up; then
+  log "starting dockerd (log: $DOCKERD_LOG)"
+  # vfs: overlay mounts are not available in this VM; no iptables and no bridge: sandbox
+  # containers run with network_mode=none anyway.
+  nohup dockerd --storage-driver=vfs --iptables=false --ip6tables=false --bridge=none \
+    >"$DOCKERD_LOG" 2>&1 </dev/null &
+  for _ in $(seq 1 120); do
+    docker_up && break
+    sleep 0.5
+  done
+  if ! docker_up; then
+    log "dockerd did not come up; last log lines:"
+    tail -n 20 "$DOCKERD_LOG" >&2 || true
+    exit 1
+  fi
+fi
+log "docker engine $(docker version --format '{{.Server.Version}}')"
+
+[[ "${VERILOOP_SKIP_IMAGE:-0}" == 1 ]] && { log "done (image skipped)"; exit 0; }
+
+# ------------------------------------------------------------------ local sandbox image
+if docker image inspect "$IMAGE" >/dev/null 2>&1; then
+  log "image $IMAGE present"
+  exit 0
+fi
+
+# The mirror and suite come from this machine's own apt configuration.
+mirror="$(grep -h -m1 -E '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}' | head -n1 || true)"
+if [[ -z "$mirror" ]]; then
+  mirror="$(grep -h -m1 -E '^deb ' /etc/apt/sources.list 2>/dev/null | awk '{print $2}' | head -n1 || true)"
+fi
+suite="$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")"
+if [[ -z "$mirror" ]]; then
+  log "no Debian mirror found in the apt configuration"
+  exit 1
+fi
+
+rootfs="$(mktemp -d "${CACHE_DIR}/rootfs.XXXXXX")"
+trap 'rm -rf "$rootfs"' EXIT
+log "debootstrap $suite (minbase + toolchains) into $rootfs"
+debootstrap --variant=minbase --include="$IMAGE_PACKAGES" "$suite" "$rootfs" "$mirror" \
+  >"${CACHE_DIR}/debootstrap.log" 2>&1 || {
+  log "debootstrap failed; last log lines:"
+  tail -n 20 "${CACHE_DIR}/debootstrap.log" >&2
+  exit 1
+}
+# Smaller image = faster container creation on vfs (each create copies the whole image).
+rm -rf "$rootfs"/var/cache/apt/* "$rootfs"/var/lib/apt/lists/* "$rootfs"/usr/share/doc/* \
+  "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* "$rootfs"/usr/share/locale/* \
+  "$rootfs"/var/log/* "$rootfs"/usr/lib/go-*/test "$rootfs"/usr/lib/go-*/doc
+mkdir -p "$rootfs/work" "$rootfs/in" "$rootfs/opt/veriloop"
+chmod 1777 "$rootfs/work"
+log "docker import -> $IMAGE"
+tar -C "$rootfs" -c . | docker import \
+  --change 'ENV PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8' \
+  --change 'WORKDIR /work' \
+  - "$IMAGE" >/dev/null
+log "image $IMAGE built ($(docker image inspect "$IMAGE" --format '{{.Size}}') bytes)"

@@ -1,0 +1,389 @@
+"""The default sandbox: bubblewrap namespaces + per-job cgroups + a drop to uid 65534 inside.
+
+bwrap runs as root without a user namespace, so the runner inside is root in fresh pid, net, ipc, uts and cgroup
+namespaces with a read-only view of /usr, the interpreter and the toolchains. The runner gives each job private
+tmpfs mounts for /work and /tmp and runs its steps as uid 65534 with no capabilities and no new privileges. The
+cgroup (memory, pids) binds root as well; the pid namespace and --die-with-parent take the whole tree down.
+
+Cold jobs start one bwrap each. Warm workers keep a bwrap with a zygote runner waiting (see runner.py `serve`):
+each job is a fresh fork of a process that has never seen job data, in a fresh tmpfs work dir.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import itertools
+import os
+import select
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+import weakref
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from veriloop.config import Settings
+from veriloop.errors import SandboxError
+from veriloop.records import ExecResult
+from veriloop.sandbox.base import (
+    RUNNER,
+    Toolchain,
+    assemble,
+    frame,
+    host_toolchain,
+    infra_error,
+    parse_runner_output,
+    runner_spec,
+)
+from veriloop.sandbox.cgroups import JobCgroup, cgroups
+from veriloop.sandbox.job import JOB_UID, Job
+
+RUNNER_DIR = "/opt/veriloop"
+SANDBOX_PYTHON_FLAGS = ["-S", "-B"]  # no site: its .pth files cost 150 ms a start here
+RUNNER_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "TZ": "UTC", "PYTHONHASHSEED": "0"}
+# Capabilities the root runner keeps inside: mounts for the job's tmpfs, chown of its files, the uid drop, the
+# kill of its processes, and its own oom_score_adj. The job itself keeps none.
+RUNNER_CAPS = ["CAP_SYS_ADMIN", "CAP_CHOWN", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_KILL", "CAP_SYS_RESOURCE"]
+PIDS_OVERHEAD = 4  # bwrap, its pid-1 reaper, the runner (and the zygote in warm workers)
+ANSWER_SLACK_S = 10.0
+MAX_JOBS_PER_WORKER = 500
+PASSWD = "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/work:/bin/sh\n"
+GROUP = "root:x:0:\nnogroup:x:65534:\n"
+
+
+@cache
+def bwrap_path() -> str | None:
+    return shutil.which("bwrap")
+
+
+@cache
+def bwrap_version() -> str:
+    path = bwrap_path()
+    if path is None:
+        return ""
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, check=False)
+    return out.stdout.strip().removeprefix("bubblewrap ").strip()
+
+
+def _work_root(settings_root: Path | None) -> Path:
+    root = settings_root or Path(tempfile.gettempdir()) / f"veriloop-sandbox-{os.getuid()}"
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    etc = root / "etc"
+    if not (etc / "group").exists():
+        etc.mkdir(exist_ok=True)
+        (etc / "passwd").write_text(PASSWD)
+        (etc / "group").write_text(GROUP)
+    return root
+
+
+def write_files(target: Path, files: dict[str, str]) -> None:
+    target.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for name, content in files.items():
+        path = target / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content)
+
+
+def bwrap_argv(toolchain: Toolchain, root: Path, input_dir: Path, mode: str) -> list[str]:
+    path = bwrap_path()
+    if path is None:
+        raise SandboxError("bubblewrap (bwrap) is not installed; run scripts/setup-sandbox.sh")
+    argv = [
+        path,
+        "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+        "--die-with-parent", "--new-session", "--clearenv", "--hostname", "sandbox",
+    ]  # fmt: skip
+    for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if Path(top).is_symlink():
+            argv += ["--symlink", str(Path(top).readlink()), top]
+        elif Path(top).is_dir():
+            argv += ["--ro-bind", top, top]
+    argv += ["--perms", "0755", "--dir", "/etc", "--perms", "0755", "--dir", "/opt"]
+    for extra in ("/etc/ld.so.cache", "/etc/ssl", "/etc/alternatives", "/etc/java-17-openjdk", "/etc/localtime"):
+        argv += ["--ro-bind-try", extra, extra]
+    argv += ["--ro-bind", str(root / "etc" / "passwd"), "/etc/passwd"]
+    argv += ["--ro-bind", str(root / "etc" / "group"), "/etc/group"]
+    ancestors = sorted({str(parent) for bind in toolchain.binds for parent in Path(bind).parents} - {"/"})
+    for directory in ancestors:
+        if not directory.startswith("/usr"):  # bwrap would copy the host's mode (/root is 0700)
+            argv += ["--perms", "0755", "--dir", directory]
+    for bind in toolchain.binds:
+        argv += ["--ro-bind", bind, bind]
+    argv += ["--ro-bind", str(RUNNER.parent), RUNNER_DIR, "--ro-bind", str(input_dir), "/in"]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--dir", "/work", "--dir", "/tmp", "--chdir", "/"]
+    for key, value in {**RUNNER_ENV, "VERILOOP_JOB_UID": str(JOB_UID)}.items():
+        argv += ["--setenv", key, value]
+    argv += ["--cap-drop", "ALL"]
+    for cap in RUNNER_CAPS:
+        argv += ["--cap-add", cap]
+    python = toolchain.path("python")
+    assert python is not None
+    argv += ["--", python, *SANDBOX_PYTHON_FLAGS, f"{RUNNER_DIR}/{RUNNER.name}", mode]
+    return argv
+
+
+def _joiner(paths: list[str]) -> Any:
+    encoded = [p.encode() for p in paths]
+
+    def join() -> None:  # runs in the forked child before exec: enter the job's cgroups
+        for path in encoded:
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+
+    return join
+
+
+class BwrapSandbox:
+    """bubblewrap backend; `warm_workers` pre-started sandboxes serve jobs, cold starts when none is set."""
+
+    name = "bwrap"
+
+    def __init__(self, *, warm_workers: int = 2, work_root: Path | None = None) -> None:
+        self.warm_workers = warm_workers
+        self.root = _work_root(work_root)
+        self._toolchain = host_toolchain()
+        self._ids = itertools.count()
+        self._idle: list[WarmWorker] = []
+        self._busy = 0
+        self._lock = threading.Lock()
+        self._closed = False
+        _live.add(self)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> BwrapSandbox:
+        return cls(warm_workers=settings.sandbox.warm_workers, work_root=settings.sandbox.work_root)
+
+    @property
+    def toolchain(self) -> Toolchain:
+        return self._toolchain
+
+    @property
+    def version(self) -> str:
+        return bwrap_version()
+
+    def _job_id(self) -> str:
+        return f"{os.getpid()}-{next(self._ids)}"
+
+    async def run(self, job: Job) -> ExecResult:
+        if bwrap_path() is None:
+            return infra_error(
+                "bubblewrap (bwrap) is not installed; run scripts/setup-sandbox.sh", sandbox=self.name, version=""
+            )
+        try:
+            if self.warm_workers > 0:
+                return await self._run_warm(job)
+            return await self._run_cold(job)
+        except SandboxError as exc:
+            return infra_error(str(exc), sandbox=self.name, version=self.version)
+
+    # ----------------------------------------------------------------------- cold
+
+    async def run_cold(self, job: Job) -> ExecResult:
+        """One fresh bwrap for this job, whatever the warm setting (the benchmark's cold figure)."""
+        try:
+            return await self._run_cold(job)
+        except SandboxError as exc:
+            return infra_error(str(exc), sandbox=self.name, version=self.version)
+
+    async def _run_cold(self, job: Job) -> ExecResult:
+        job_id = self._job_id()
+        input_dir = self.root / f"job-{job_id}"
+        write_files(input_dir, job.files)
+        group: JobCgroup | None = None
+        try:
+            limits = job.limits
+            group = cgroups().create(limits.memory_mb << 20, limits.pids + PIDS_OVERHEAD)
+            argv = bwrap_argv(self._toolchain, self.root, input_dir, "once")
+            spec = runner_spec(job, work_dir="/work", input_dir="/in", mount=True, uid=JOB_UID, kill="uid")
+            spec["oom_protect"] = True
+            started = time.monotonic()
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                preexec_fn=_joiner(group.join_paths()),
+                close_fds=True,
+            )
+            deadline = job.total_time_s() + ANSWER_SLACK_S
+            try:
+                out, err = await asyncio.to_thread(proc.communicate, frame(spec), deadline)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                group.kill()
+                proc.communicate()
+                return infra_error(
+                    f"the sandbox runner did not answer within {deadline:.0f} s",
+                    sandbox=self.name, version=self.version, wall_s=time.monotonic() - started,
+                )  # fmt: skip
+            except asyncio.CancelledError:
+                proc.kill()
+                group.kill()
+                raise
+            raw = parse_runner_output(out.decode(errors="replace"))
+            if raw is None:
+                message = err.decode(errors="replace").strip() or f"bwrap exited with {proc.returncode}"
+                return infra_error(f"sandbox failed: {message}", sandbox=self.name, version=self.version)
+            return assemble(
+                job, raw, sandbox=self.name, version=self.version,
+                oom_kills=group.oom_kills(), peak_bytes=None,
+            )  # fmt: skip
+        finally:
+            if group is not None:
+                group.kill()
+                group.remove()
+            shutil.rmtree(input_dir, ignore_errors=True)
+
+    # ----------------------------------------------------------------------- warm
+
+    async def _run_warm(self, job: Job) -> ExecResult:
+        worker = await self._acquire()
+        healthy = False
+        try:
+            raw, oom, healthy = await asyncio.to_thread(worker.execute, job, self._job_id())
+        finally:
+            self._release(worker, healthy)
+        if raw is None:
+            return infra_error(f"warm sandbox failed: {oom}", sandbox=self.name, version=self.version)
+        return assemble(job, raw, sandbox=self.name, version=self.version, oom_kills=int(oom))
+
+    async def _acquire(self) -> WarmWorker:
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise SandboxError("sandbox is closed")
+                if self._idle:
+                    self._busy += 1
+                    return self._idle.pop()
+                if self._busy < self.warm_workers:
+                    self._busy += 1
+                    break
+            await asyncio.sleep(0.005)
+        try:
+            return WarmWorker(self._toolchain, self.root, f"w{self._job_id()}")
+        except BaseException:
+            with self._lock:
+                self._busy -= 1
+            raise
+
+    def _release(self, worker: WarmWorker, healthy: bool) -> None:
+        with self._lock:
+            self._busy -= 1
+            if healthy and not self._closed and worker.jobs < MAX_JOBS_PER_WORKER:
+                self._idle.append(worker)
+                return
+        worker.close()
+
+    async def start_warm(self, count: int | None = None) -> None:
+        """Start warm workers ahead of the first jobs (otherwise they start on demand)."""
+        wanted = min(count if count is not None else self.warm_workers, self.warm_workers)
+        started = []
+        for _ in range(wanted):
+            started.append(await self._acquire())
+        for worker in started:
+            self._release(worker, True)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for worker in idle:
+            worker.close()
+
+    async def aclose(self) -> None:
+        self.close()
+
+
+class WarmWorker:
+    """One pre-started bwrap with the zygote runner; one job at a time."""
+
+    def __init__(self, toolchain: Toolchain, root: Path, name: str) -> None:
+        self.input_dir = root / f"warm-{name}"
+        self.input_dir.mkdir(mode=0o700)
+        self.group = cgroups().create(512 << 20, 64 + PIDS_OVERHEAD)
+        self.jobs = 0
+        argv = bwrap_argv(toolchain, root, self.input_dir, "serve")
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=_joiner(self.group.join_paths()),
+            close_fds=True,
+            bufsize=0,
+        )
+        self._buffer = b""
+
+    def execute(self, job: Job, job_id: str) -> tuple[dict[str, Any] | None, int | str, bool]:
+        """Run one job; returns (runner result or None, oom kills or an error message, worker still healthy)."""
+        self.jobs += 1
+        job_dir = self.input_dir / job_id
+        try:
+            write_files(job_dir, job.files)
+            limits = job.limits
+            self.group.set_limits(limits.memory_mb << 20, limits.pids + PIDS_OVERHEAD)
+            self.group.reset_peak()
+            oom_before = self.group.oom_kills()
+            spec = runner_spec(job, work_dir="/work", input_dir=f"/in/{job_id}", mount=True, uid=JOB_UID, kill="uid")
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(frame(spec))
+            deadline = time.monotonic() + job.total_time_s() + ANSWER_SLACK_S
+            result_line = self._read_line(deadline)
+            done_line = self._read_line(deadline)
+            if result_line is None or done_line is None or not done_line.startswith(b"DONE "):
+                return None, "the warm runner stopped answering", False
+            raw = parse_runner_output(result_line.decode(errors="replace"))
+            if raw is None:
+                return None, f"unreadable runner answer {result_line[:200]!r}", False
+            leftovers = int(done_line.split()[2])
+            return raw, self.group.oom_kills() - oom_before, leftovers == 0
+        except (OSError, ValueError, SandboxError) as exc:
+            return None, str(exc), False
+        finally:
+            shutil.rmtree(job_dir, ignore_errors=True)
+
+    def _read_line(self, deadline: float) -> bytes | None:
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if not ready:
+                return None
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return None
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.kill()
+        self.group.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                stream.close()
+        self.group.remove()
+        shutil.rmtree(self.input_dir, ignore_errors=True)
+
+
+_live: weakref.WeakSet[BwrapSandbox] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    for sandbox in list(_live):
+        sandbox.close()

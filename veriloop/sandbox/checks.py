@@ -1,0 +1,109 @@
+"""Judging a finished job's output into per-test outcomes and a status (tests run; the program did not crash)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from veriloop.records import ExecResult, ExecStatus, TestOutcome
+from veriloop.sandbox.job import Job
+
+RESULT_LINE = re.compile(r"^VERILOOP-TEST\s+(\S+)\s+(PASS|FAIL)\b ?(.*)$")
+TRANSCODER = re.compile(r"^#Results:\s*(\d+)\s*,\s*(\d+)\s*$")
+
+
+def normalise(text: str) -> str:
+    """Compare outputs line by line, ignoring trailing whitespace and trailing blank lines."""
+    return "\n".join(line.rstrip() for line in text.strip("\n").splitlines()).rstrip()
+
+
+def judge(job: Job, steps: list[dict[str, Any]], results: str | None, result: ExecResult) -> None:
+    """Fill `result.tests` and set `result.status` for a job with checks (no limit was hit, nothing failed to build)."""
+    assert job.checks is not None
+    kind = job.checks.kind
+    if kind == "stdio":
+        _judge_stdio(job, steps, result)
+    elif kind == "python_asserts":
+        _judge_python(job, steps[-1], results, result)
+    else:
+        _judge_harness(steps[-1], result)
+
+
+def _judge_stdio(job: Job, steps: list[dict[str, Any]], result: ExecResult) -> None:
+    assert job.checks is not None
+    runs = [step for step in steps if step["kind"] == "run"]
+    crashed = False
+    for case, step in zip(job.checks.cases, runs, strict=False):
+        if step["exit_code"] != 0:
+            crashed = True
+            what = f"signal {step['signal']}" if step["signal"] else f"exit code {step['exit_code']}"
+            result.tests.append(TestOutcome(name=case.name, passed=False, message=f"{what}: {step['stderr'][-2000:]}"))
+        elif normalise(step["stdout"]) == normalise(case.expected):
+            result.tests.append(TestOutcome(name=case.name, passed=True))
+        else:
+            message = f"expected {case.expected[:500]!r}, got {step['stdout'][:500]!r}"
+            result.tests.append(TestOutcome(name=case.name, passed=False, message=message))
+    if crashed:
+        result.status = ExecStatus.RUNTIME_ERROR
+    elif len(result.tests) < len(job.checks.cases) or not all(t.passed for t in result.tests):
+        result.status = ExecStatus.FAILED
+    else:
+        result.status = ExecStatus.PASSED
+
+
+def _judge_python(job: Job, step: dict[str, Any], results: str | None, result: ExecResult) -> None:
+    assert job.checks is not None
+    report: dict[str, Any] = {}
+    if results:
+        try:
+            loaded = json.loads(results)
+            report = loaded if isinstance(loaded, dict) else {}
+        except ValueError:
+            report = {}
+    for item in report.get("tests", []) if isinstance(report.get("tests"), list) else []:
+        if isinstance(item, dict):
+            name, message = str(item.get("name", "?")), str(item.get("message", ""))
+            result.tests.append(TestOutcome(name=name, passed=item.get("passed") is True, message=message))
+    complete = report.get("complete") is True
+    if not complete:
+        # The solution crashed before or between tests (its traceback is in stderr), or exited early.
+        if step["exit_code"] != 0:
+            result.status = ExecStatus.RUNTIME_ERROR
+        else:
+            result.status = ExecStatus.FAILED
+            result.stderr += "\nthe program exited before its tests finished"
+        return
+    expected = job.checks.expected_tests
+    if expected is not None and len(result.tests) != expected:
+        result.status = ExecStatus.FAILED
+        result.stderr += f"\nthe harness reported {len(result.tests)} of {expected} tests"
+    elif all(t.passed for t in result.tests) and step["exit_code"] == 0:
+        result.status = ExecStatus.PASSED
+    else:
+        result.status = ExecStatus.FAILED
+
+
+def _judge_harness(step: dict[str, Any], result: ExecResult) -> None:
+    totals: tuple[int, int] | None = None
+    for line in step["stdout"].splitlines():
+        line = line.strip()
+        match = RESULT_LINE.match(line)
+        if match:
+            result.tests.append(TestOutcome(name=match[1], passed=match[2] == "PASS", message=match[3]))
+            continue
+        found = TRANSCODER.match(line)
+        if found:
+            totals = (int(found[1]), int(found[2]))
+    if totals is not None and not result.tests:
+        passed, total = totals
+        result.tests = [TestOutcome(name=f"case_{i + 1}", passed=i < passed) for i in range(total)]
+    if step["exit_code"] != 0:
+        result.status = ExecStatus.RUNTIME_ERROR
+    elif not result.tests:
+        result.status = ExecStatus.FAILED
+        result.stderr += "\nthe harness reported no test results"
+    elif all(t.passed for t in result.tests):
+        result.status = ExecStatus.PASSED
+    else:
+        result.status = ExecStatus.FAILED

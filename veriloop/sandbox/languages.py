@@ -1,0 +1,218 @@
+"""Per-language toolchains: file names, compile and run commands, and jobs for the three kinds of tests.
+
+(a) a Python function plus assert-style tests (HumanEval / MBPP), (b) stdin/stdout cases for every language,
+(c) a per-language harness (a test program with the candidate pasted in, TransCoder style) for translation tasks.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from veriloop.errors import ConfigError
+from veriloop.sandbox import harness_py
+from veriloop.sandbox.base import Toolchain
+from veriloop.sandbox.job import Checks, Job, Limits, StdioCase, Step
+
+Argv = Callable[[Toolchain, str, Limits], list[str]]
+
+
+def _tool(toolchain: Toolchain, name: str) -> str:
+    path = toolchain.path(name)
+    if path is None:
+        raise ConfigError(f"{name} is not available in this sandbox")
+    return path
+
+
+@dataclass(frozen=True)
+class Language:
+    """How to build and run one language; `tools` must all be present for it to be available."""
+
+    name: str
+    extension: str
+    tools: tuple[str, ...]
+    run: Argv
+    compile: Argv | None = None
+    python: bool = False
+    env: tuple[tuple[str, str], ...] = ()
+
+    def source_name(self, code: str) -> str:
+        if self.name == "java":
+            match = re.search(r"public\s+(?:final\s+|abstract\s+)*class\s+([A-Za-z_]\w*)", code)
+            return f"{match.group(1) if match else 'Main'}.java"
+        return f"main.{self.extension}"
+
+
+def _java_flags(limits: Limits) -> list[str]:
+    return ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", f"-XX:MaxRAM={limits.memory_mb}m", "-Xss16m"]
+
+
+GO_ENV = (
+    ("GOCACHE", "/tmp/go-cache"),
+    ("GOPATH", "/tmp/go"),
+    ("CGO_ENABLED", "0"),
+    ("GO111MODULE", "off"),
+    ("GOTOOLCHAIN", "local"),
+    ("GOFLAGS", "-buildvcs=false"),
+)
+
+LANGUAGES: dict[str, Language] = {
+    "python": Language("python", "py", ("python",), run=lambda t, f, _: [_tool(t, "python"), f], python=True),
+    "c": Language(
+        "c",
+        "c",
+        ("gcc",),
+        compile=lambda t, f, _: [_tool(t, "gcc"), "-O2", "-std=gnu17", "-o", "main", f, "-lm"],
+        run=lambda t, f, _: ["./main"],
+    ),
+    "cpp": Language(
+        "cpp",
+        "cpp",
+        ("g++",),
+        compile=lambda t, f, _: [_tool(t, "g++"), "-O2", "-std=gnu++17", "-o", "main", f],
+        run=lambda t, f, _: ["./main"],
+    ),
+    "java": Language(
+        "java",
+        "java",
+        ("javac", "java"),
+        compile=lambda t, f, lim: [
+            _tool(t, "javac"),
+            *[f"-J{flag}" for flag in _java_flags(lim)],
+            "-encoding",
+            "UTF-8",
+            "-d",
+            ".",
+            f,
+        ],
+        run=lambda t, f, lim: [_tool(t, "java"), *_java_flags(lim), "-cp", ".", Path(f).stem],
+    ),
+    "javascript": Language(
+        "javascript",
+        "js",
+        ("node",),
+        compile=lambda t, f, _: [_tool(t, "node"), "--check", f],
+        run=lambda t, f, _: [_tool(t, "node"), f],
+    ),
+    "rust": Language(
+        "rust",
+        "rs",
+        ("rustc",),
+        compile=lambda t, f, _: [_tool(t, "rustc"), "--edition", "2021", "-C", "opt-level=1", "-o", "main", f],
+        run=lambda t, f, _: ["./main"],
+    ),
+    "go": Language(
+        "go",
+        "go",
+        ("go",),
+        compile=lambda t, f, _: [_tool(t, "go"), "build", "-o", "main", f],
+        run=lambda t, f, _: ["./main"],
+        env=(
+            ("GOCACHE", "/tmp/go-cache"),
+            ("GOPATH", "/tmp/go"),
+            ("CGO_ENABLED", "0"),
+            ("GO111MODULE", "off"),
+            ("GOTOOLCHAIN", "local"),
+            ("GOFLAGS", "-buildvcs=false"),
+        ),
+    ),
+}
+
+ALIASES = {"py": "python", "c++": "cpp", "js": "javascript", "node": "javascript", "rs": "rust", "golang": "go"}
+
+
+def language(name: str) -> Language:
+    key = ALIASES.get(name.lower(), name.lower())
+    if key not in LANGUAGES:
+        raise ConfigError(f"unknown language {name!r}; choose one of: {', '.join(LANGUAGES)}")
+    return LANGUAGES[key]
+
+
+def available(name: str, toolchain: Toolchain) -> bool:
+    return toolchain.has(*language(name).tools)
+
+
+def _require(lang: Language, toolchain: Toolchain) -> None:
+    missing = [tool for tool in lang.tools if not toolchain.has(tool)]
+    if missing:
+        raise ConfigError(f"language {lang.name} is unavailable here: {', '.join(missing)} not found")
+
+
+def _base(lang: Language, toolchain: Toolchain, code: str, limits: Limits) -> tuple[str, list[Step], dict[str, str]]:
+    _require(lang, toolchain)
+    source = lang.source_name(code)
+    steps = []
+    if lang.compile is not None:
+        steps.append(Step(name="compile", kind="compile", argv=lang.compile(toolchain, source, limits)))
+    return source, steps, dict(lang.env)
+
+
+def program_job(
+    name: str, toolchain: Toolchain, code: str, *, stdin: str | None = None, limits: Limits | None = None
+) -> Job:
+    """Compile (where the language compiles) and run a program once."""
+    lang, limits = language(name), limits or Limits()
+    source, steps, env = _base(lang, toolchain, code, limits)
+    steps.append(Step(name="run", argv=lang.run(toolchain, source, limits), stdin=stdin, python=lang.python))
+    return Job(files={source: code}, steps=steps, env=env, limits=limits, language=lang.name)
+
+
+def stdio_job(
+    name: str, toolchain: Toolchain, code: str, cases: Sequence[StdioCase], *, limits: Limits | None = None
+) -> Job:
+    """(b) Compile once, then one run per case with its stdin; stdout is compared with the expected text."""
+    lang, limits = language(name), limits or Limits()
+    source, steps, env = _base(lang, toolchain, code, limits)
+    run = lang.run(toolchain, source, limits)
+    for case in cases:
+        steps.append(Step(name=case.name, argv=run, stdin=case.stdin, python=lang.python))
+    return Job(
+        files={source: code}, steps=steps, env=env, limits=limits, language=lang.name,
+        checks=Checks(kind="stdio", cases=list(cases)),
+    )  # fmt: skip
+
+
+def python_tests_job(
+    toolchain: Toolchain, code: str, tests: str, *, entry_point: str | None = None, limits: Limits | None = None
+) -> Job:
+    """(a) A Python solution plus assert-style tests (HumanEval `check(candidate)` or MBPP asserts)."""
+    limits = limits or Limits()
+    try:
+        expected = harness_py.count_tests(tests, entry_point)
+    except SyntaxError as exc:
+        raise ConfigError(f"the tests do not parse: {exc}") from None
+    harness = Path(harness_py.__file__).read_text()
+    step = Step(name="tests", argv=[_tool(toolchain, "python"), "main.py", entry_point or ""], python=True)
+    return Job(
+        files={"main.py": harness, harness_py.SOLUTION: code, harness_py.TESTS: tests},
+        steps=[step], limits=limits, language="python", results_file=harness_py.RESULTS,
+        checks=Checks(kind="python_asserts", expected_tests=expected),
+    )  # fmt: skip
+
+
+PLACEHOLDERS = ("//TOFILL", "#TOFILL", "// TOFILL", "# TOFILL", "{{candidate}}")
+
+
+def harness_job(name: str, toolchain: Toolchain, code: str, harness: str, *, limits: Limits | None = None) -> Job:
+    """(c) A test program for the language with the candidate pasted in at its placeholder line.
+
+    The program reports `VERILOOP-TEST <name> PASS|FAIL [message]` lines, or TransCoder's `#Results: X, Y`.
+    """
+    lang, limits = language(name), limits or Limits()
+    program = None
+    for marker in PLACEHOLDERS:
+        if marker in harness:
+            lines = harness.splitlines()
+            index = next(i for i, line in enumerate(lines) if marker in line)
+            program = "\n".join([*lines[:index], code, *lines[index + 1 :]]) + "\n"
+            break
+    if program is None:
+        program = f"{code}\n\n{harness}\n"
+    source, steps, env = _base(lang, toolchain, program, limits)
+    steps.append(Step(name="harness", argv=lang.run(toolchain, source, limits), python=lang.python))
+    return Job(
+        files={source: program}, steps=steps, env=env, limits=limits, language=lang.name,
+        checks=Checks(kind="harness"),
+    )  # fmt: skip
