@@ -6,7 +6,6 @@ import importlib
 import pkgutil
 import sys
 
-import click
 import typer
 
 from veriloop.cli.app import app
@@ -21,21 +20,21 @@ __all__ = ["app", "main"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point: typed errors become `error: ...` on stderr and a non-zero exit code."""
-    command = typer.main.get_command(app)
+    """Console entry point: typed errors become `error: ...` on stderr and a non-zero exit code.
+
+    Typer runs in standalone mode, so usage errors print its own help-style message; our typed
+    errors pass through it and are reported here as one line, never as a traceback.
+    """
     try:
-        command.main(args=argv, prog_name="veriloop", standalone_mode=False)
+        app(args=argv, prog_name="veriloop")
     except VeriloopError as exc:
         typer.echo(f"error: {exc}", err=True)
         return exc.exit_code
-    except click.exceptions.Exit as exc:
-        return exc.exit_code
-    except click.ClickException as exc:
-        exc.show()
-        return exc.exit_code
-    except click.exceptions.Abort:
-        typer.echo("aborted", err=True)
-        return 130
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        typer.echo(str(exc.code), err=True)
+        return 1
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         return 130

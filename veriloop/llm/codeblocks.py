@@ -16,7 +16,7 @@ def extract_code(text: str, language: str | None = None) -> str:
     A reply cut off by a stop string or the length limit has no closing fence; its open block
     still counts, so a truncated answer is tested as written rather than discarded.
     """
-    blocks = [(tag.lower(), body) for tag, body in _FENCE.findall(text)]
+    blocks: list[tuple[str, str]] = [(tag.lower(), body) for tag, body in _FENCE.findall(text)]
     if not blocks:
         return text.strip("\n")
     if language:

@@ -1,0 +1,31 @@
+# The two front-door commands are `make demo` and `make test`; both set up what they need.
+SHELL := /bin/bash
+VENV := .venv
+BIN := $(VENV)/bin
+# Tests and benchmarks read the shared benchmark data when it is beside the checkout.
+export VERILOOP_PATHS__DATA_DIR ?= $(abspath ../shared/data)
+
+.PHONY: setup services demo test lint typecheck pytest
+
+setup:
+	@scripts/setup-python.sh
+
+services:
+	@scripts/setup-sandbox.sh
+	@scripts/start-postgres.sh > .postgres-url
+
+demo: setup
+	$(BIN)/veriloop demo
+
+lint: setup
+	$(BIN)/ruff check veriloop tests
+	$(BIN)/ruff format --check veriloop tests
+
+typecheck: setup
+	$(BIN)/mypy
+
+pytest: setup services
+	VERILOOP_TEST_POSTGRES_URL="$$(tail -n 1 .postgres-url)" VERILOOP_REQUIRE_POSTGRES=1 \
+	  $(BIN)/pytest -q --durations=15
+
+test: lint typecheck pytest
