@@ -3,8 +3,9 @@
 PostgreSQL comes from `VERILOOP_TEST_POSTGRES_URL` (e.g. `scripts/start-postgres.sh | tail -n 1`),
 else from a private throw-away cluster (initdb + pg_ctl, as the postgres user when we are root)
 when Debian's server binaries are installed, else the tests are skipped with the reason; with
-`VERILOOP_REQUIRE_POSTGRES=1` (CI) a missing server fails them instead. Each test gets its own
-schema (via `options=-csearch_path=...` in the URL), dropped afterwards.
+`VERILOOP_REQUIRE_POSTGRES=1` (CI) a missing server fails them instead, and a server named in
+`VERILOOP_TEST_POSTGRES_URL` that cannot be used always fails them. Each test gets its own schema
+(via `options=-csearch_path=...` in the URL; the role needs CREATE on the database), dropped afterwards.
 """
 
 from __future__ import annotations
@@ -116,7 +117,11 @@ def postgres_url(postgres_base_url: str) -> Iterator[str]:
         with psycopg.connect(_libpq(postgres_base_url), autocommit=True, connect_timeout=10) as conn:
             conn.execute(f'CREATE SCHEMA "{schema}"')
     except psycopg.Error as exc:
-        _unavailable(f"cannot use {make_url(postgres_base_url).render_as_string()}: {exc}")
+        where = make_url(postgres_base_url).render_as_string()
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if os.environ.get(URL_ENV):  # a server named explicitly must work
+            pytest.fail(f"{URL_ENV}={where} is not usable: {first_line}")
+        _unavailable(f"cannot use {where}: {first_line}")
     url = make_url(postgres_base_url).update_query_dict({"options": f"-csearch_path={schema}"})
     yield url.render_as_string(hide_password=False)
     with psycopg.connect(_libpq(postgres_base_url), autocommit=True) as conn:

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from veriloop.store import RunSummary
 
 runs_app = typer.Typer(help="Inspect stored runs.")
+SHORT_ID = 12
 app.add_typer(runs_app, name="runs", no_args_is_help=True)
 
 
@@ -44,11 +45,17 @@ def _render_runs(runs: list[Run]) -> None:
         console.print("no runs")
         return
     table = Table(box=None, header_style="bold")
-    for column in ("id", "agent", "suite", "model", "status", "created", "took"):
-        table.add_column(column, no_wrap=column in ("id", "created"))
+    table.add_column("id", no_wrap=True)  # a unique prefix is enough for `runs show`
+    table.add_column("agent", no_wrap=True)
+    table.add_column("suite", no_wrap=True)
+    table.add_column("model", overflow="ellipsis", no_wrap=True, max_width=28)
+    table.add_column("status", no_wrap=True)
+    table.add_column("created", no_wrap=True)
+    table.add_column("took", no_wrap=True, justify="right")
     for run in runs:
         took = (run.finished_at - run.created_at).total_seconds() if run.finished_at else None
-        table.add_row(run.id, run.agent, run.suite, run.model, run.status.value, _when(run.created_at), _seconds(took))
+        created = run.created_at.strftime("%Y-%m-%d %H:%M")
+        table.add_row(run.id[:SHORT_ID], run.agent, run.suite, run.model, run.status.value, created, _seconds(took))
     console.print(table)
 
 

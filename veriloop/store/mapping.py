@@ -1,6 +1,6 @@
 """Records to row values and back. The ORM classes never leave the store; callers see `veriloop.records`.
 
-Row values are dicts keyed by ORM attribute names, ready for bulk `insert(Row)`. A record field
+Row values are dicts keyed by column names, ready for a Core executemany insert. A record field
 without a column goes to the row's `extra` JSON and comes back from it, so records can grow
 between migrations without losing data; a stored extra the record no longer has is ignored.
 """
@@ -286,7 +286,7 @@ class NodeRows:
             "code": node.code,
             "score": node.score,
             "created_at": node.created_at,
-            "meta": node.model_dump(mode="json", include={"metadata"})["metadata"],
+            "metadata": node.model_dump(mode="json", include={"metadata"})["metadata"],
             "extra": _extra(node, NODE_COLUMNS | NODE_CHILDREN),
         }
         self.call: Values | None = None

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import Select, delete, func, insert, select, update
+from sqlalchemy import CursorResult, Select, Table, delete, func, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL
@@ -142,7 +142,7 @@ class TrajectoryStore:
         def check(session: Session) -> VeriloopError | None:
             return StoreError(f"run {run.id!r} already exists") if session.get(RunRow, run.id) else None
 
-        self._write(lambda session: session.execute(insert(RunRow), [values]), self._explain(check))
+        self._write(lambda session: _insert(session, RunRow, [values]), self._explain(check))
         return run
 
     def get_run(self, run_id: str) -> Run:
@@ -247,7 +247,7 @@ class TrajectoryStore:
                 return StoreError(f"attempt {attempt.id!r} already exists")
             return None
 
-        self._write(lambda session: session.execute(insert(AttemptRow), [values]), self._explain(check))
+        self._write(lambda session: _insert(session, AttemptRow, [values]), self._explain(check))
         return attempt
 
     def update_attempt(self, attempt: Attempt) -> Attempt:
@@ -255,8 +255,8 @@ class TrajectoryStore:
         values = mapping.attempt_values(attempt)
 
         def work(session: Session) -> Attempt:
-            result = session.execute(update(AttemptRow).where(AttemptRow.id == attempt.id).values(**values))
-            if result.rowcount == 0:  # type: ignore[attr-defined]
+            result = _update(session, AttemptRow, attempt.id, values)
+            if result.rowcount == 0:
                 raise NotFoundError(f"attempt {attempt.id!r} not found")
             return attempt
 
@@ -289,13 +289,13 @@ class TrajectoryStore:
         verifications = [part.verification for part in parts if part.verification is not None]
 
         def work(session: Session) -> int:
-            session.execute(insert(NodeRow), [part.node for part in parts])
+            _insert(session, NodeRow, [part.node for part in parts])
             if calls:
-                session.execute(insert(LLMCallRow), calls)
+                _insert(session, LLMCallRow, calls)
             if executions:
-                session.execute(insert(ExecutionRow), executions)
+                _insert(session, ExecutionRow, executions)
             if verifications:
-                session.execute(insert(VerificationRow), verifications)
+                _insert(session, VerificationRow, verifications)
             return len(parts)
 
         def check(session: Session) -> VeriloopError | None:
@@ -323,8 +323,8 @@ class TrajectoryStore:
         node_values = {key: value for key, value in parts.node.items() if key not in ("id", "created_at")}
 
         def work(session: Session) -> Node:
-            result = session.execute(update(NodeRow).where(NodeRow.id == node.id).values(**node_values))
-            if result.rowcount == 0:  # type: ignore[attr-defined]
+            result = _update(session, NodeRow, node.id, node_values)
+            if result.rowcount == 0:
                 raise NotFoundError(f"node {node.id!r} not found")
             for row_class, values in (
                 (LLMCallRow, parts.call),
@@ -333,7 +333,7 @@ class TrajectoryStore:
             ):
                 session.execute(delete(row_class).where(row_class.node_id == node.id))
                 if values is not None:
-                    session.execute(insert(row_class), [values])
+                    _insert(session, row_class, [values])
             return node
 
         return self._write(work)
@@ -394,7 +394,7 @@ class TrajectoryStore:
                 return NotFoundError(f"run {sorted(missing)[0]!r} not found")
             return None
 
-        self._write(lambda session: session.execute(insert(LLMCallRow), rows), self._explain(check))
+        self._write(lambda session: _insert(session, LLMCallRow, rows), self._explain(check))
         return len(rows)
 
     def list_llm_calls(
@@ -430,7 +430,7 @@ class TrajectoryStore:
         def check(session: Session) -> VeriloopError | None:
             return StoreError(f"model {model.id!r} already exists") if session.get(ModelRow, model.id) else None
 
-        self._write(lambda session: session.execute(insert(ModelRow), [values]), self._explain(check))
+        self._write(lambda session: _insert(session, ModelRow, [values]), self._explain(check))
         return model
 
     def get_model(self, model_id: str) -> RegisteredModel:
@@ -471,7 +471,7 @@ class TrajectoryStore:
             missing = self._missing_runs(session, {item.run_id for item in exemplars if item.run_id})
             return NotFoundError(f"run {sorted(missing)[0]!r} not found") if missing else None
 
-        self._write(lambda session: session.execute(insert(ExemplarRow), rows), self._explain(check))
+        self._write(lambda session: _insert(session, ExemplarRow, rows), self._explain(check))
         return len(rows)
 
     def list_exemplars(
@@ -496,6 +496,20 @@ class TrajectoryStore:
         if limit is not None:
             query = query.limit(limit)
         return self._read(lambda session: [mapping.exemplar_record(row) for row in session.scalars(query)])
+
+
+def _table(row_class: type[Base]) -> Table:
+    return Base.metadata.tables[row_class.__tablename__]
+
+
+def _insert(session: Session, row_class: type[Base], rows: list[dict[str, Any]]) -> None:
+    """A Core executemany on the session's connection: column-keyed values, none of the ORM's per-row work."""
+    session.connection().execute(insert(_table(row_class)), rows)
+
+
+def _update(session: Session, row_class: type[Base], ident: str, values: dict[str, Any]) -> CursorResult[Any]:
+    table = _table(row_class)
+    return session.connection().execute(update(table).where(table.c.id == ident).values(values))
 
 
 def _first_line(exc: IntegrityError) -> str:
