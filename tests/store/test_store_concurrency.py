@@ -1,15 +1,24 @@
-"""Four writer processes, 1,000 nodes each, one transaction per node: no row is lost on SQLite or PostgreSQL."""
+"""Concurrent use: four writer processes lose no rows, locks are waited out, forked workers are safe."""
 
 from __future__ import annotations
 
+import gc
+import multiprocessing
+import os
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+import psycopg
 import pytest
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
+from veriloop.records import Node, Run
 from veriloop.store import TrajectoryStore, upgrade_database
+from veriloop.store import engine as engine_module
 
 WORKERS = 4
 NODES = 1000
@@ -93,3 +102,72 @@ def test_concurrent_writers_on_postgres(postgres_url: str, tmp_path: Path) -> No
     upgrade_database(postgres_url)
     _run_writers(postgres_url, tmp_path)
     _check(postgres_url)
+
+
+def test_sqlite_write_outlasts_a_lock_held_past_the_busy_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a 20 ms busy timeout, "database is locked" comes back; the store retries until the lock is gone."""
+    path = tmp_path / "locked.db"
+    url = f"sqlite:///{path}"
+    upgrade_database(url)
+    retries: list[int] = []
+    original = engine_module.retry_delay
+    monkeypatch.setattr(engine_module, "retry_delay", lambda attempt: retries.append(attempt) or original(attempt))
+    with TrajectoryStore(url, busy_timeout_ms=20) as store:
+        run = store.create_run(Run(agent="a", suite="s", model="m"))
+        blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        blocker.execute("BEGIN IMMEDIATE")  # another writer holds the lock
+        release = threading.Timer(0.4, blocker.rollback)
+        release.start()
+        try:
+            store.add_node(Node(run_id=run.id, task_id="t"))
+        finally:
+            release.join()
+            blocker.close()
+        assert store.count_nodes(run.id) == 1
+    assert retries, "the write should have met the lock and retried"
+
+
+def test_lock_and_serialization_conflicts_are_retryable() -> None:
+    def wrapped(orig: Exception, kind: type[DBAPIError] = OperationalError) -> DBAPIError:
+        return kind("INSERT ...", {}, orig)
+
+    assert engine_module.is_retryable(wrapped(sqlite3.OperationalError("database is locked")))
+    assert engine_module.is_retryable(wrapped(psycopg.errors.SerializationFailure("could not serialize")))
+    assert engine_module.is_retryable(wrapped(psycopg.errors.DeadlockDetected("deadlock detected")))
+    assert not engine_module.is_retryable(wrapped(sqlite3.OperationalError("no such table: nodes")))
+    assert not engine_module.is_retryable(wrapped(psycopg.errors.UniqueViolation("duplicate key"), IntegrityError))
+
+
+def test_a_forked_worker_shares_the_store_without_breaking_the_parent(store: TrajectoryStore) -> None:
+    """A fork-started pool worker uses the inherited store on connections of its own; the parent's stay intact."""
+    run = store.create_run(Run(agent="a", suite="s", model="m"))
+    store.add_node(Node(run_id=run.id, task_id="t"))  # the parent now holds a pooled connection
+    engine = store._engine
+    assert engine.pool.checkedin() >= 1
+    parent_backend = _backend_id(store)
+
+    def child() -> None:
+        if engine.pool.checkedin() != 0:  # inherited connections must not be handed out here
+            os._exit(3)
+        if parent_backend is not None and _backend_id(store) == parent_backend:
+            os._exit(4)
+        store.add_node(Node(run_id=run.id, task_id="t"))
+        gc.collect()  # finalise whatever the child inherited, as a long-lived worker eventually would
+
+    worker = multiprocessing.get_context("fork").Process(target=child)
+    worker.start()
+    worker.join(60)
+    assert worker.exitcode == 0
+    assert _backend_id(store) == parent_backend  # the parent still talks to the same server process
+    store.add_node(Node(run_id=run.id, task_id="t"))
+    assert store.count_nodes(run.id) == 3
+
+
+def _backend_id(store: TrajectoryStore) -> int | None:
+    """The PostgreSQL server process behind the pooled connection (None on SQLite)."""
+    if store.dialect != "postgresql":
+        return None
+    with store._engine.connect() as connection:
+        return int(connection.exec_driver_sql("SELECT pg_backend_pid()").scalar_one())

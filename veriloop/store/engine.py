@@ -102,11 +102,25 @@ def _postgres_engine(url: URL) -> Engine:
 
 
 class _EngineCache:
-    """One engine per (process, URL, busy timeout), shared by every store object and closed with the last one."""
+    """One engine per (process, URL, busy timeout), shared by every store object and closed with the last one.
+
+    A forked child (a process-pool worker) keeps the engines but not their pooled connections: it
+    opens its own, and never closes the parent's sockets.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._engines: dict[tuple[int, str, int], tuple[Engine, int]] = {}
+        os.register_at_fork(after_in_child=self._after_fork)
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()
+        pid = os.getpid()
+        engines = {}
+        for (_, url, timeout), (engine, users) in self._engines.items():
+            engine.dispose(close=False)  # drop the parent's connections without touching them
+            engines[(pid, url, timeout)] = (engine, users)
+        self._engines = engines
 
     def acquire(self, url: URL, busy_timeout_ms: int) -> Engine:
         key = (os.getpid(), url.render_as_string(hide_password=False), busy_timeout_ms)
