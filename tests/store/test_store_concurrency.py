@@ -171,3 +171,22 @@ def _backend_id(store: TrajectoryStore) -> int | None:
         return None
     with store._engine.connect() as connection:
         return int(connection.exec_driver_sql("SELECT pg_backend_pid()").scalar_one())
+
+
+def test_sqlite_runs_in_wal_mode_with_the_configured_busy_timeout(tmp_path: Path) -> None:
+    from veriloop.config import load_settings
+
+    settings = load_settings(paths={"home": tmp_path / "home"}, store={"busy_timeout_ms": 1234})
+    with TrajectoryStore.from_settings(settings) as store:
+        assert store.url.database == str(tmp_path / "home" / "veriloop.db")
+        with store._engine.connect() as connection:
+            assert connection.exec_driver_sql("PRAGMA journal_mode").scalar_one() == "wal"
+            assert connection.exec_driver_sql("PRAGMA busy_timeout").scalar_one() == 1234
+            assert connection.exec_driver_sql("PRAGMA foreign_keys").scalar_one() == 1
+
+
+def test_in_memory_sqlite_works_for_throwaway_use() -> None:
+    with TrajectoryStore("sqlite://") as store:
+        run = store.create_run(Run(agent="a", suite="s", model="m"))
+        store.add_node(Node(run_id=run.id, task_id="t"))
+        assert store.count_nodes(run.id) == 1
