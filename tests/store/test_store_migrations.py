@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -152,12 +153,19 @@ def test_plain_postgresql_urls_use_psycopg() -> None:
 @pytest.mark.slow
 def test_installed_wheel_carries_and_runs_the_migrations(tmp_path: Path) -> None:
     """Built and installed elsewhere (not this checkout), veriloop still finds and runs its migrations."""
+    source = tmp_path / "source"  # a copy, so the build leaves nothing in the checkout
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        if (REPO / name).exists():
+            shutil.copy2(REPO / name, source / name)
+    shutil.copytree(REPO / "veriloop", source / "veriloop", ignore=shutil.ignore_patterns("__pycache__"))
     wheels = tmp_path / "wheels"
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), str(REPO)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), "."],
         check=True,
         capture_output=True,
         timeout=300,
+        cwd=source,
     )
     (wheel,) = wheels.glob("veriloop-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
