@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,7 +21,7 @@ from veriloop.errors import BackendError
 from veriloop.llm.base import get_backend
 from veriloop.llm.openai_backend import OpenAIBackend
 from veriloop.records import SamplingParams
-from veriloop.testing import ServedProcess, free_port, served, user
+from veriloop.testing import CLI, ServedProcess, free_port, served, user
 
 TOKEN = "test-token"
 MODEL = "smollm2-135m-instruct"  # the default settings.llm.model, which the scripted server reports
@@ -318,3 +320,22 @@ async def test_a_non_openai_answer_is_a_backend_error() -> None:
         with pytest.raises(BackendError, match="did not answer with an OpenAI completion"):
             await backend.generate([user("hi")], SamplingParams())
         await backend.aclose()
+
+
+def test_cli_with_an_unreachable_server_is_one_line_and_non_zero(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    env = {**os.environ, "VERILOOP_LLM__BASE_URL": url, "VERILOOP_LLM__MAX_RETRIES": "1"}
+    result = subprocess.run(
+        [*CLI, "--home", str(tmp_path), "--backend", "openai", "generate", "hi"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=env,
+        check=False,
+    )
+    assert result.returncode == BackendError.exit_code
+    assert "Traceback" not in result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("error: OpenAI-compatible server at ")
+    assert url in line

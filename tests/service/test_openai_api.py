@@ -324,3 +324,20 @@ async def test_concurrent_requests_reach_the_backend_concurrently() -> None:
     assert [r.status_code for r in responses] == [200] * 4
     assert backend.peak == 4
     assert sorted(r.json()["choices"][0]["message"]["content"] for r in responses) == [f"echo: q{i}" for i in range(4)]
+
+
+class SpellingBackend(ScriptedBackend):
+    """Says what each token id reads as, like a backend with a tokenizer."""
+
+    def token_texts(self, token_ids: Sequence[int]) -> list[str]:
+        return [f"<{token_id}>" for token_id in token_ids]
+
+
+def test_logprob_tokens_use_the_backends_token_texts() -> None:
+    with TestClient(create_app(settings(), backend=SpellingBackend(model="tiny"))) as client:
+        content = chat(client, logprobs=True).json()["choices"][0]["logprobs"]["content"]
+        assert [item["token"] for item in content] == ["<0>", "<1>", "<2>"]
+        assert content[0]["bytes"] == list(b"<0>")
+        logprobs = client.post(TEXT, json={"prompt": "ab cd", "logprobs": 0}).json()["choices"][0]["logprobs"]
+        assert logprobs["tokens"] == ["<0>", "<1>", "<2>"]
+        assert logprobs["text_offset"] == [5, 8, 11]  # after the 5-character prompt

@@ -14,31 +14,28 @@ import pytest
 from veriloop.testing import CLI, free_port, served
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_serve_announces_answers_and_stops_cleanly(tmp_path: Path, sig: signal.Signals) -> None:
-    with served("--backend", "scripted", home=tmp_path) as server:
+@pytest.mark.parametrize(("sig", "as_json"), [(signal.SIGTERM, True), (signal.SIGINT, False)])
+def test_serve_announces_answers_and_stops_cleanly(tmp_path: Path, sig: signal.Signals, as_json: bool) -> None:
+    flags = ["--json"] if as_json else []
+    with served("--backend", "scripted", home=tmp_path, serve_args=flags) as server:
         reply = httpx.post(
             f"{server.base_url}/chat/completions", json={"messages": [{"role": "user", "content": "ping"}]}
         )
         assert reply.json()["choices"][0]["message"]["content"] == "echo: ping"
         assert server.stop(sig) == 0
     output = server.output()
-    assert f"veriloop serving on {server.url}" in output
-    assert f"OpenAI-compatible API at {server.base_url}" in output
+    first = output.splitlines()[0]
+    if as_json:
+        assert json.loads(first) == {
+            "url": server.url,
+            "openai_base_url": server.base_url,
+            "backend": "scripted",
+            "model": "smollm2-135m-instruct",
+        }
+    else:
+        assert first.startswith(f"veriloop serving on {server.url} (OpenAI-compatible API at {server.base_url};")
     assert f"stopped on {sig.name}" in output
     assert "Traceback" not in output
-
-
-def test_serve_json_announcement(tmp_path: Path) -> None:
-    with served("--backend", "scripted", home=tmp_path, serve_args=["--json"]) as server:
-        assert server.stop() == 0
-    first = server.output().splitlines()[0]
-    assert json.loads(first) == {
-        "url": server.url,
-        "openai_base_url": server.base_url,
-        "backend": "scripted",
-        "model": "smollm2-135m-instruct",
-    }
 
 
 def run_cli(*args: str, home: Path) -> subprocess.CompletedProcess[str]:

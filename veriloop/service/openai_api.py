@@ -175,12 +175,16 @@ def _usage(results: Sequence[Sequence[Completion]]) -> UsageOut:
 
 
 def _token_texts(backend: Backend, token_ids: Sequence[int]) -> list[str] | None:
-    """The text of each token when the backend can say it (an optional `token_texts` method)."""
+    """The text of each token when the backend can say it: a `token_texts` method, or a Hugging Face `tokenizer`."""
     token_texts = getattr(backend, "token_texts", None)
-    if not callable(token_texts):
-        return None
-    texts = token_texts(list(token_ids))
-    return [str(text) for text in texts] if len(texts) == len(token_ids) else None
+    if callable(token_texts):
+        texts = [str(text) for text in token_texts(list(token_ids))]
+    else:
+        decode = getattr(getattr(backend, "tokenizer", None), "decode", None)
+        if not callable(decode):
+            return None
+        texts = [str(decode([token_id])) for token_id in token_ids]
+    return texts if len(texts) == len(token_ids) else None
 
 
 def _token_names(backend: Backend, sample: Completion) -> tuple[list[str], bool]:
