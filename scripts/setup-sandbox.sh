@@ -119,6 +119,7 @@ debootstrap --variant=minbase --include="$IMAGE_PACKAGES" "$suite" "$rootfs" "$m
 rm -rf "$rootfs"/var/cache/apt/* "$rootfs"/var/lib/apt/lists/* "$rootfs"/usr/share/doc/* \
   "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* "$rootfs"/usr/share/locale/* \
   "$rootfs"/var/log/* "$rootfs"/usr/lib/go-*/test "$rootfs"/usr/lib/go-*/doc
+chmod 0755 "$rootfs"  # mktemp made it 0700: the image root must be traversable by uid 65534
 mkdir -p "$rootfs/work" "$rootfs/in" "$rootfs/opt/veriloop"
 chmod 1777 "$rootfs/work"
 log "docker import -> $IMAGE"

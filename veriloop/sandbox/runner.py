@@ -16,7 +16,7 @@ It enforces wall time and the output cap, and kills every process of the job aft
 """
 
 # Raw os calls on purpose (fds, /proc, syscalls inside the sandbox):
-# ruff: noqa: PTH100, PTH103, PTH112, PTH118, PTH120, PTH208, SIM105
+# ruff: noqa: PTH100, PTH103, PTH108, PTH112, PTH114, PTH118, PTH120, PTH208, SIM105
 from __future__ import annotations
 
 import atexit
@@ -560,9 +560,30 @@ def run_job(spec: dict[str, Any]) -> dict[str, Any]:
             break
     results = _read_results(spec)
     leftovers = kill_job(spec["kill"], spec.get("uid"))
-    for path in spec.get("cleanup", []):
-        shutil.rmtree(path, ignore_errors=True)
+    wipe(spec.get("cleanup", []))
     return {"steps": steps, "results": results, "error": None, "leftovers": leftovers}
+
+
+def wipe(paths: list[str]) -> None:
+    """Remove each path; `DIR/*` empties DIR but keeps it."""
+    for path in paths:
+        if path.endswith("/*"):
+            base = path[:-2]
+            try:
+                names = os.listdir(base)
+            except OSError:
+                continue
+            for name in names:
+                target = os.path.join(base, name)
+                if os.path.isdir(target) and not os.path.islink(target):
+                    shutil.rmtree(target, ignore_errors=True)
+                else:
+                    try:
+                        os.unlink(target)
+                    except OSError:
+                        pass
+        else:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _read_exact(fd: int, size: int) -> bytes:
@@ -653,6 +674,9 @@ def main(argv: list[str]) -> None:
         serve()
     elif mode == "once":
         once(argv[2:])
+    elif mode == "clean":  # kill everything this user may signal, then empty the given folders
+        kill_job("all", None)
+        wipe(argv[2:])
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 
