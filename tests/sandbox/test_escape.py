@@ -1,0 +1,258 @@
+"""The escape suite: hostile programs on every backend end in the right status, in time, and leave nothing behind.
+
+The process backend gives no isolation; it runs only the cases its guarantees cover (see process.py): limits on
+time, output, file size and address space, the kill of every descendant, a clean environment of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from veriloop.records import ExecStatus
+from veriloop.sandbox import Job, Limits
+from veriloop.sandbox.languages import program_job
+
+ALL = [
+    "bwrap_cold",
+    "bwrap_warm",
+    "process",
+    pytest.param("docker", marks=pytest.mark.docker),
+]
+ISOLATED = [b for b in ALL if b != "process"]
+SMALL = Limits(wall_s=2.0, memory_mb=128, pids=32, output_bytes=64 * 1024, file_size_bytes=4 << 20, disk_mb=16)
+
+
+def job(sandbox: object, code: str, **limits: object) -> Job:
+    return program_job("python", sandbox.toolchain, code, limits=SMALL.model_copy(update=limits))  # type: ignore[attr-defined]
+
+
+def processes_with(token: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if token.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def job_processes() -> list[int]:
+    """Host processes of the job uid, except the Docker containers' reapers (pid 1 of each container)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        uid = next((line.split()[1] for line in status.splitlines() if line.startswith("Uid:")), "")
+        state = next((line.split()[1] for line in status.splitlines() if line.startswith("State:")), "")
+        if uid == "65534" and state != "Z" and b"signal.pause" not in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+async def run(sandbox: object, the_job: Job) -> tuple[object, float]:
+    started = time.monotonic()
+    result = await sandbox.run(the_job)  # type: ignore[attr-defined]
+    elapsed = time.monotonic() - started
+    if sandbox.name != "process":  # type: ignore[attr-defined]
+        deadline = time.monotonic() + 3
+        while job_processes() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert job_processes() == [], "a job process outlived run()"
+    return result, elapsed
+
+
+FORK_BOMB = """
+import os
+while True:
+    try:
+        os.fork()
+    except OSError:
+        pass
+"""
+THREAD_BOMB = """
+import threading, time
+while True:
+    try:
+        threading.Thread(target=time.sleep, args=(100,), daemon=True).start()
+    except RuntimeError:
+        pass
+"""
+MEMORY_BOMB = """
+hog = []
+while True:
+    hog.append(b"x" * 10_000_000)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sandbox", ISOLATED, indirect=True)
+async def test_fork_bomb_times_out_and_is_contained(sandbox: object) -> None:
+    result, elapsed = await run(sandbox, job(sandbox, FORK_BOMB))
+    assert result.status is ExecStatus.TIMEOUT, result  # type: ignore[attr-defined]
+    assert elapsed < 30  # Docker's reaper needs a few seconds for the zombies
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sandbox", ALL, indirect=True)
+async def test_thread_bomb(sandbox: object) -> None:
+    result, elapsed = await run(sandbox, job(sandbox, THREAD_BOMB))
+    assert result.status in (ExecStatus.TIMEOUT, ExecStatus.MEMORY_LIMIT), result  # type: ignore[attr-defined]
+    assert elapsed < 15
+
+
+@pytest.mark.parametrize("sandbox", ALL, indirect=True)
+async def test_memory_bomb(sandbox: object) -> None:
+    result, elapsed = await run(sandbox, job(sandbox, MEMORY_BOMB, wall_s=10.0))
+    assert result.status is ExecStatus.MEMORY_LIMIT, result  # type: ignore[attr-defined]
+    assert elapsed < 15
+
+
+@pytest.mark.parametrize("sandbox", ALL, indirect=True)
+async def test_busy_loop(sandbox: object) -> None:
+    result, elapsed = await run(sandbox, job(sandbox, "while True:\n    pass\n", wall_s=1.5))
+    assert result.status is ExecStatus.TIMEOUT  # type: ignore[attr-defined]
+    assert elapsed < 10
+
+
+@pytest.mark.parametrize("sandbox", ALL, indirect=True)
+async def test_long_sleep(sandbox: object) -> None:
+    result, elapsed = await run(sandbox, job(sandbox, "import time\ntime.sleep(60)\n", wall_s=1.0))
+    assert result.status is ExecStatus.TIMEOUT  # type: ignore[attr-defined]
+    assert elapsed < 10
+
+
+@pytest.mark.parametrize("sandbox", ALL, indirect=True)
+async def test_endless_output(sandbox: object) -> None:
+    result, _ = await run(sandbox, job(sandbox, "while True:\n    print('x' * 1000)\n"))
+    assert result.status is ExecStatus.OUTPUT_LIMIT  # type: ignore[attr-defined]
+    assert result.truncated  # type: ignore[attr-defined]
+    assert len(result.stdout) + len(result.stderr) <= SMALL.output_bytes  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("sandbox", ISOLATED, indirect=True)
+async def test_disk_fill_hits_the_quota(sandbox: object) -> None:
+    code = "i = 0\nwhile True:\n    open(f'f{i}', 'wb').write(b'x' * (1 << 20))\n    i += 1\n"
+    result, _ = await run(sandbox, job(sandbox, code))
+    assert result.status is ExecStatus.RUNTIME_ERROR, result  # type: ignore[attr-defined]
+    assert "No space left" in result.stderr or "File too large" in result.stderr  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("sandbox", ALL, indirect=True)
+async def test_file_size_limit(sandbox: object) -> None:
+    code = "open('big', 'wb').write(b'x' * (8 << 20))\n"
+    result, _ = await run(sandbox, job(sandbox, code))
+    assert result.status is ExecStatus.RUNTIME_ERROR, result  # type: ignore[attr-defined]
+    assert "File too large" in result.stderr  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("sandbox", ISOLATED, indirect=True)
+async def test_writes_outside_the_work_dir_fail(sandbox: object, tmp_path: Path) -> None:
+    token = f"veriloop-escape-{random.getrandbits(48):x}"
+    targets = ["/usr/" + token, "/etc/" + token, "/" + token, "/in/" + token, "/opt/veriloop/" + token,
+               f"{tmp_path}/{token}", f"/root/{token}", f"/proc/1/{token}"]  # fmt: skip
+    code = (
+        f"import sys\nwritten = []\nfor path in {targets!r}:\n    try:\n        open(path, 'w').write('x')\n"
+        "        written.append(path)\n    except OSError:\n        pass\nprint(written)\nsys.exit(3 if written else 0)\n"
+    )
+    result, _ = await run(sandbox, job(sandbox, code))
+    assert result.status is ExecStatus.PASSED, result  # type: ignore[attr-defined]
+    for path in targets:
+        assert not Path(path).exists()
+
+
+@pytest.mark.parametrize("sandbox", ISOLATED, indirect=True)
+async def test_host_environment_is_invisible(sandbox: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    token = f"secret-{random.getrandbits(48):x}"
+    monkeypatch.setenv("VERILOOP_TEST_SECRET", token)
+    code = (
+        "import os\nprint(dict(os.environ))\nfor pid in os.listdir('/proc'):\n    if pid.isdigit():\n"
+        "        try:\n            print(open(f'/proc/{pid}/environ', 'rb').read())\n        except OSError:\n            pass\n"
+    )
+    result, _ = await run(sandbox, job(sandbox, code))
+    assert result.status is ExecStatus.PASSED, result  # type: ignore[attr-defined]
+    assert token not in result.stdout  # type: ignore[attr-defined]
+    assert "VERILOOP_TEST_SECRET" not in result.stdout  # type: ignore[attr-defined]
+
+
+async def test_process_backend_gives_a_clean_environment(
+    process_sandbox: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VERILOOP_TEST_SECRET", "s3cret")
+    result, _ = await run(process_sandbox, job(process_sandbox, "import os\nprint(dict(os.environ))\n"))
+    assert result.status is ExecStatus.PASSED  # type: ignore[attr-defined]
+    assert "s3cret" not in result.stdout  # type: ignore[attr-defined]
+    assert "TZ" in result.stdout and "PYTHONHASHSEED" in result.stdout  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("sandbox", ISOLATED, indirect=True)
+async def test_no_loopback_connection_to_the_host(sandbox: object) -> None:
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    code = (
+        "import socket, sys\ns = socket.socket()\ns.settimeout(1)\ntry:\n"
+        f"    s.connect(('127.0.0.1', {port}))\n    sys.exit(3)\nexcept OSError as exc:\n    print('blocked', exc)\n"
+    )
+    try:
+        result, _ = await run(sandbox, job(sandbox, code))
+        assert result.status is ExecStatus.PASSED, result  # type: ignore[attr-defined]
+        assert "blocked" in result.stdout  # type: ignore[attr-defined]
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+    finally:
+        listener.close()
+
+
+@pytest.mark.parametrize("sandbox", ALL, indirect=True)
+async def test_double_forked_daemon_does_not_outlive_the_job(sandbox: object) -> None:
+    token = f"0.{random.getrandbits(40)}"
+    code = (
+        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+        f"        os.execv('/bin/sleep', ['sleep', '30', '{token}'])\n    os._exit(0)\n"
+        "time.sleep(0.3)\nprint('parent done')\n"
+    )
+    result, _ = await run(sandbox, job(sandbox, code))
+    assert result.status is ExecStatus.PASSED, result  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 3
+    while processes_with(token) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert processes_with(token) == []
+
+
+@pytest.mark.parametrize("sandbox", ALL, indirect=True)
+async def test_killing_its_parent(sandbox: object) -> None:
+    code = "import os, signal, time\nos.kill(os.getppid(), signal.SIGKILL)\ntime.sleep(1)\nprint('parent survived?')\n"
+    result, elapsed = await run(sandbox, job(sandbox, code))
+    assert result.status is ExecStatus.RUNTIME_ERROR, result  # type: ignore[attr-defined]
+    assert elapsed < 15
+    after = await sandbox.run(job(sandbox, "print('still fine')\n"))  # type: ignore[attr-defined]
+    assert after.status is ExecStatus.PASSED and "still fine" in after.stdout
+
+
+@pytest.mark.parametrize("sandbox", ISOLATED, indirect=True)
+async def test_job_runs_unprivileged(sandbox: object) -> None:
+    code = (
+        "import os\nstatus = open('/proc/self/status').read()\n"
+        "caps = [l.split()[1] for l in status.splitlines() if l.startswith(('CapEff', 'CapBnd'))]\n"
+        "nnp = [l.split()[1] for l in status.splitlines() if l.startswith('NoNewPrivs')]\n"
+        "print(os.getuid(), os.getgid(), caps, nnp)\n"
+    )
+    result, _ = await run(sandbox, job(sandbox, code))
+    assert result.status is ExecStatus.PASSED, result  # type: ignore[attr-defined]
+    assert result.stdout.split()[:2] == ["65534", "65534"]  # type: ignore[attr-defined]
+    assert "'0000000000000000'" in result.stdout and "['1']" in result.stdout  # type: ignore[attr-defined]
