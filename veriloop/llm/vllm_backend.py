@@ -97,11 +97,16 @@ class VLLMBackend:
         # `llm.dtype` defaults to float32 for the CPU; on the GPU let vLLM pick unless asked otherwise.
         dtype = "auto" if llm.dtype == "float32" else llm.dtype
         try:
-            engine_args = vllm.AsyncEngineArgs(model=llm.model, dtype=dtype, max_num_seqs=max(llm.max_batch_size, 1))
+            engine_args = vllm.AsyncEngineArgs(model=llm.model, dtype=dtype)
             engine = vllm.AsyncLLMEngine.from_engine_args(engine_args)
         except Exception as exc:
             raise BackendError(f"vLLM could not load model {llm.model!r}: {_one_line(exc)}") from None
-        final_only = getattr(getattr(vllm.sampling_params, "RequestOutputKind", None), "FINAL_ONLY", None)
+        try:
+            from vllm.sampling_params import RequestOutputKind
+
+            final_only: Any = RequestOutputKind.FINAL_ONLY
+        except ImportError:  # releases before 0.6 stream every step; the last output is the same
+            final_only = None
         return cls(engine, llm.model, vllm.SamplingParams, final_only)
 
     @property
