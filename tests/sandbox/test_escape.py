@@ -6,7 +6,6 @@ time, output, file size and address space, the kill of every descendant, a clean
 
 from __future__ import annotations
 
-import os
 import random
 import socket
 import time
@@ -165,7 +164,8 @@ async def test_writes_outside_the_work_dir_fail(sandbox: object, tmp_path: Path)
                f"{tmp_path}/{token}", f"/root/{token}", f"/proc/1/{token}"]  # fmt: skip
     code = (
         f"import sys\nwritten = []\nfor path in {targets!r}:\n    try:\n        open(path, 'w').write('x')\n"
-        "        written.append(path)\n    except OSError:\n        pass\nprint(written)\nsys.exit(3 if written else 0)\n"
+        "        written.append(path)\n    except OSError:\n        pass\n"
+        "print(written)\nsys.exit(3 if written else 0)\n"
     )
     result, _ = await run(sandbox, job(sandbox, code))
     assert result.status is ExecStatus.PASSED, result  # type: ignore[attr-defined]
@@ -179,7 +179,8 @@ async def test_host_environment_is_invisible(sandbox: object, monkeypatch: pytes
     monkeypatch.setenv("VERILOOP_TEST_SECRET", token)
     code = (
         "import os\nprint(dict(os.environ))\nfor pid in os.listdir('/proc'):\n    if pid.isdigit():\n"
-        "        try:\n            print(open(f'/proc/{pid}/environ', 'rb').read())\n        except OSError:\n            pass\n"
+        "        try:\n            print(open(f'/proc/{pid}/environ', 'rb').read())\n"
+        "        except OSError:\n            pass\n"
     )
     result, _ = await run(sandbox, job(sandbox, code))
     assert result.status is ExecStatus.PASSED, result  # type: ignore[attr-defined]
