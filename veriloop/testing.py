@@ -103,7 +103,7 @@ def free_port() -> int:
         return port
 
 
-CLI = [sys.executable, "-c", "import sys; from veriloop.cli import main; sys.exit(main())"]
+CLI = [sys.executable, "-m", "veriloop.cli"]
 """The `veriloop` command line of this interpreter (works without the console script on PATH)."""
 
 
