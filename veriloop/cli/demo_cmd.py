@@ -12,18 +12,20 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from veriloop.agents import direct
-from veriloop.agents.context import AgentContext
 from veriloop.cli.app import JsonFlag, app, emit, state
 from veriloop.config import Settings
-from veriloop.llm import get_backend
 from veriloop.records import Attempt, Run, RunStatus
-from veriloop.sandbox import get_sandbox
-from veriloop.store import TrajectoryStore
-from veriloop.tasks import load_suite
 
 
 async def _run_demo(settings: Settings, limit: int, console: Console) -> tuple[Run, list[Attempt], float]:
+    # Imported here so `veriloop --help` and every other command start without the store and torch.
+    from veriloop.agents import direct
+    from veriloop.agents.context import AgentContext
+    from veriloop.llm import get_backend
+    from veriloop.sandbox import get_sandbox
+    from veriloop.store import TrajectoryStore
+    from veriloop.tasks import load_suite
+
     suite = load_suite("humaneval", settings).select(limit=limit)
     store = TrajectoryStore.from_settings(settings)
     sandbox = get_sandbox(settings)
@@ -36,7 +38,7 @@ async def _run_demo(settings: Settings, limit: int, console: Console) -> tuple[R
             model=backend.model_id,
             status=RunStatus.RUNNING,
             settings={"suite_version": suite.version, "limit": limit, "sandbox": sandbox.name,
-                      "params": direct.DEFAULT_PARAMS.model_dump()},
+                      "params": direct.DEFAULT_PARAMS.model_dump(mode="json")},
         )
     )  # fmt: skip
     store.upsert_tasks(suite.tasks)
@@ -94,7 +96,7 @@ def demo(
         for attempt in attempts:
             mark = "[green]yes[/]" if attempt.status == "passed" else "[red]no[/]"
             table.add_row(attempt.task_id, mark, str(attempt.tokens), f"{attempt.seconds:.1f}")
-        out = Console(file=sys.stdout)
+        out = Console(file=sys.stdout, soft_wrap=True)
         out.print(table)
         out.print(f"passed {passed}/{len(attempts)} in {seconds:.1f} s; tests ran in the {report['sandbox']} sandbox")
         out.print(f"run id: {run.id}  (details: veriloop runs show {run.id})")
