@@ -274,7 +274,7 @@ def _run_python(argv: list[str], env: dict[str, str]) -> None:
         time.tzset()
     sys.argv = [script, *argv[2:]]
     sys.path[0] = os.path.dirname(script)
-    sys.path.extend(path for path in _site_dirs() if path not in sys.path)
+    sys.path.extend(path for path in [*_site_dirs(), RUNNER_DIR] if path not in sys.path)
     sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8")
     sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8")
     sys.stderr = io.TextIOWrapper(
@@ -316,15 +316,36 @@ def _run_python(argv: list[str], env: dict[str, str]) -> None:
     _finish(code)
 
 
+_SITE_DIRS: list[str] | None = None
+RUNNER_DIR = os.path.dirname(os.path.abspath(__file__))
+# Imported once by the zygote so that each forked job starts with them loaded (they hold no job data).
+PRELOAD = ("harness_py", "ast", "bisect", "collections", "functools", "heapq", "itertools", "math", "re", "string")
+
+
 def _site_dirs() -> list[str]:
     """Installed packages without running `site` (whose .pth hooks cost more than the job): no .pth processing."""
+    global _SITE_DIRS
+    if _SITE_DIRS is not None:
+        return _SITE_DIRS
     import sysconfig
 
     found = []
     for path in (sysconfig.get_path("purelib"), sysconfig.get_path("platlib"), "/usr/lib/python3/dist-packages"):
         if path and os.path.isdir(path) and path not in found:
             found.append(path)
+    _SITE_DIRS = found
     return found
+
+
+def preload() -> None:
+    import importlib
+
+    _site_dirs()
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
 
 
 def _exit_code(exc: SystemExit) -> int:
@@ -636,6 +657,7 @@ def serve() -> None:
     write_quiet("/proc/self/oom_score_adj", "-1000")
     prctl(PR_SET_DUMPABLE, 0)
     kill_uid = int(os.environ.get("VERILOOP_JOB_UID", "65534"))
+    preload()
     while True:
         size = _read_header(0)
         if size is None:
