@@ -52,6 +52,7 @@ RUNNER_CAPS = ["CAP_SYS_ADMIN", "CAP_CHOWN", "CAP_SETUID", "CAP_SETGID", "CAP_SE
 PIDS_OVERHEAD = 4  # bwrap, its pid-1 reaper, the runner (and the zygote in warm workers)
 ANSWER_SLACK_S = 10.0
 MAX_JOBS_PER_WORKER = 500
+_IDS = itertools.count()  # shared by every instance: job and worker folders share one root
 PASSWD = "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/work:/bin/sh\n"
 GROUP = "root:x:0:\nnogroup:x:65534:\n"
 
@@ -150,7 +151,6 @@ class BwrapSandbox:
         self.warm_workers = warm_workers
         self.root = _work_root(work_root)
         self._toolchain = host_toolchain()
-        self._ids = itertools.count()
         self._idle: list[WarmWorker] = []
         self._busy = 0
         self._lock = threading.Lock()
@@ -170,7 +170,7 @@ class BwrapSandbox:
         return bwrap_version()
 
     def _job_id(self) -> str:
-        return f"{os.getpid()}-{next(self._ids)}"
+        return f"{os.getpid()}-{next(_IDS)}"
 
     async def run(self, job: Job) -> ExecResult:
         if bwrap_path() is None:

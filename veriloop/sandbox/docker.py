@@ -34,6 +34,7 @@ from veriloop.sandbox.cgroups import JobCgroup
 from veriloop.sandbox.job import JOB_UID, Job
 
 LABEL = "veriloop.sandbox"
+_IDS = itertools.count()
 RUNNER_DIR = "/opt/veriloop"
 RUNNER_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "TZ": "UTC", "PYTHONHASHSEED": "0"}
 PIDS_OVERHEAD = 4
@@ -103,7 +104,6 @@ class DockerSandbox:
         self._idle: list[WarmContainer] = []
         self._busy = 0
         self._lock = threading.Lock()
-        self._ids = itertools.count()
         self._closed = False
         _live.add(self)
 
@@ -163,7 +163,7 @@ class DockerSandbox:
             return infra_error(str(exc), sandbox=self.name, version=self._version)
         healthy = False
         try:
-            result, healthy = await asyncio.to_thread(worker.execute, job, f"j{next(self._ids)}")
+            result, healthy = await asyncio.to_thread(worker.execute, job, f"j{next(_IDS)}")
         finally:
             self._release(worker, healthy)
         if isinstance(result, str):
@@ -192,7 +192,7 @@ class DockerSandbox:
             await asyncio.sleep(0.01)
         try:
             client = await asyncio.to_thread(self.client)
-            name = f"veriloop-{os.getpid()}-{next(self._ids)}"
+            name = f"veriloop-{os.getpid()}-{next(_IDS)}"
             return await asyncio.to_thread(WarmContainer, client, self.image, self.root / name, name, pids, disk_mb)
         except BaseException:
             with self._lock:
