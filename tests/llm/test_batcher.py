@@ -125,6 +125,21 @@ def test_stop_string_ends_the_row_and_is_excluded(tiny: tuple[Any, Any], batcher
     assert output.generated_tokens < free.generated_tokens
 
 
+def test_shared_prompt_prefixes_are_prefilled_once(tiny: tuple[Any, Any], batcher: Any) -> None:
+    model, tokenizer = tiny
+    subject = batcher()
+    system = "You are a careful assistant. Answer in code. " * 2
+    prompts = [system + "Task one", system + "Task two, longer", "unrelated"]
+    outputs = [subject.submit(encode(tokenizer, p), [SampleSpec(max_tokens=12)])[0].result(timeout=60) for p in prompts]
+    shared = len(encode(tokenizer, system))
+    assert shared <= subject.prefix_hits < 2 * shared  # the second prompt reused the first one's prefix
+    for prompt, output in zip(prompts, outputs, strict=True):
+        assert output.token_ids == reference_greedy(model, encode(tokenizer, prompt), 12)
+    # A prompt identical to an earlier one still runs its last token (the logits come from it).
+    again = subject.submit(encode(tokenizer, prompts[0]), [SampleSpec(max_tokens=12)])[0].result(timeout=60)
+    assert again.token_ids == outputs[0].token_ids
+
+
 def test_length_stop(tiny: tuple[Any, Any], batcher: Any) -> None:
     _, tokenizer = tiny
     output = batcher().submit(encode(tokenizer, "abc"), [SampleSpec(max_tokens=7)])[0].result(timeout=60)

@@ -7,9 +7,10 @@ closing code fence and EOS, so some rows stop early and some run to the token li
 * `batcher_1`: the embedded backend with one request in flight at a time;
 * `batcher_8`: the embedded backend with `--concurrency` requests in flight (continuous batching).
 
-Useful tokens are the tokens each sample generated up to and including the one that ended it
-(EOS or the stop string), never padding or tokens after a row finished. The assistant turn is
-opened with a ```python fence, so the first fence the model writes is the closing one.
+Useful tokens are the tokens of each answer: what a sample generated before EOS or the closing
+fence (the backend's `token_ids`), never padding, the ending tokens, or tokens after a row
+finished. The assistant turn is opened with a ```python fence, so the first fence the model
+writes is the closing one.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 import torch
 
 from veriloop.config import Settings
+from veriloop.llm.batcher import default_eos_ids
 from veriloop.llm.embedded import EmbeddedBackend, load_model, set_torch_threads
 from veriloop.records import Completion, SamplingParams
 
@@ -61,10 +63,24 @@ async def _through_backend(
     return list(await asyncio.gather(*(one(prompt) for prompt in prompts)))
 
 
+def _answer(tokenizer: Any, new: list[int], eos: set[int]) -> tuple[str, int]:
+    """The text before EOS or the fence, and how many tokens spell it (as the backend counts them)."""
+    if eos.intersection(new):
+        new = new[: min(new.index(token) for token in eos if token in new)]
+    text = tokenizer.decode(new, skip_special_tokens=True)
+    if FENCE not in text:
+        return text, len(new)
+    text = text[: text.index(FENCE)]
+    count = len(new)
+    while count and not text.startswith(tokenizer.decode(new[:count], skip_special_tokens=True)):
+        count -= 1
+    return text, count
+
+
 def _generate_batch1(model: Any, tokenizer: Any, prompts: list[str], max_tokens: int) -> tuple[list[str], int]:
-    """transformers' `generate` one prompt at a time; returns the texts cut at the fence and the new tokens."""
+    """transformers' `generate` one prompt at a time; returns the answers and their useful tokens."""
     texts, tokens = [], 0
-    eos = model.generation_config.eos_token_id
+    eos = default_eos_ids(model, tokenizer)
     with torch.inference_mode():
         for prompt in prompts:
             ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids.to(model.device)
@@ -75,12 +91,12 @@ def _generate_batch1(model: Any, tokenizer: Any, prompts: list[str], max_tokens:
                 do_sample=False,
                 stop_strings=[FENCE],
                 tokenizer=tokenizer,
-                eos_token_id=eos,
-                pad_token_id=eos if isinstance(eos, int) else tokenizer.eos_token_id,
+                eos_token_id=sorted(eos),
+                pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos),
             )
-            new = out[0, ids.shape[1] :].tolist()
-            tokens += len(new)
-            texts.append(tokenizer.decode(new, skip_special_tokens=True).split(FENCE)[0])
+            text, count = _answer(tokenizer, out[0, ids.shape[1] :].tolist(), eos)
+            texts.append(text)
+            tokens += count
     return texts, tokens
 
 

@@ -12,14 +12,21 @@ KV-cache scheme (why it looks like this):
   Face's DynamicCache instead `torch.cat`s the whole cache on every step, which at batch 8 and a few
   hundred tokens copies about as many bytes as the weights themselves.
 * A joining prompt is prefilled alone (batch 1, no padding, logits of the last position only), so
-  its prompt pass is exactly what a sequential run computes, and the n samples of one request share
-  that one prefill. Its keys and values are copied right-aligned into a free slot (left padding);
-  columns before a row's start are masked out. Rotary embeddings are applied before caching, so keys
-  stay valid wherever they sit; position ids are tracked per row.
+  its prompt pass is what a sequential run computes, and the n samples of one request share that
+  one prefill. The prompts of the last few prefills are kept (`prefix_cache_size`); a new prompt
+  that starts with the same tokens (a shared system prompt or few-shot block, the earlier turns of
+  a conversation) reuses their keys and values and prefills only the rest. On two CPU cores a
+  170-token prefill costs about as much as ten decode steps, so this matters.
+* The prompt's keys and values are copied right-aligned into a free slot (left padding); columns
+  before a row's start are masked out. Rotary embeddings are applied before caching, so keys stay
+  valid wherever they sit; position ids are tracked per row.
 * A finished row's slot is refilled in place when a waiting row fits; otherwise the buffers are
   rebuilt: leftover slots are dropped from the batch dimension, columns no row uses any more are cut
   off the front, and the capacity grows in chunks. Rebuilds copy the cache once, which is rare
   compared with steps.
+
+On the CPU the batcher stores the model's Linear weights column-major (`column_major_linears`):
+same values, faster small-batch matrix products.
 
 Greedy rows take the arg-max of their own logits and sampled rows draw from their own seeded
 generator, so what a request gets does not depend on what else shares the batch (up to float
@@ -31,10 +38,11 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import copy
+import inspect
 import logging
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -53,6 +61,9 @@ _CAPACITY_CHUNK = 128
 
 _COMPACT_AT = 256
 """Rebuild once this many leading columns are unused by every row (they still cost attention)."""
+
+_MIN_PREFIX_REUSE = 8
+"""Shared prefixes shorter than this are simply prefilled again."""
 
 
 @dataclass(frozen=True)
@@ -150,6 +161,7 @@ class ContinuousBatcher:
         max_batch_size: int = 8,
         torch_threads: int = 1,
         eos_token_ids: Sequence[int] | None = None,
+        prefix_cache_size: int = 8,
         name: str = "veriloop-batcher",
     ) -> None:
         if max_batch_size < 1:
@@ -165,10 +177,19 @@ class ContinuousBatcher:
         self.max_context = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
+        if self.device.type == "cpu":
+            column_major_linears(model)
         self.steps = 0
         """Decode steps run so far (for tests and benchmarks)."""
         self.rebuilds = 0
         """Times the cache buffers were rebuilt (joins that could not reuse a slot, growth, compaction)."""
+        self.prefix_hits = 0
+        """Prompt tokens whose prefill was skipped because a recent prompt began the same way."""
+        self.prefix_cache_size = prefix_cache_size
+        self._prefixes: OrderedDict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = OrderedDict()
+        # transformers renamed `past_key_values` to `cache` in 5.2x; pass whichever this version's forward takes.
+        parameters = inspect.signature(model.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in parameters else "past_key_values"
 
         self._cond = threading.Condition()
         self._waiting: deque[_Group] = deque()
@@ -300,9 +321,19 @@ class ContinuousBatcher:
         self._place(joiners)
 
     def _prefill(self, group: _Group) -> None:
-        ids = torch.tensor([group.prompt_ids], dtype=torch.long, device=self.device)
-        cache = DynamicCache(config=self.model.config)
-        out = self.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
+        """Run the prompt at batch 1; a prefix shared with a recent prompt is taken from the prefix cache."""
+        prompt = group.prompt_ids
+        reused, cached = self._longest_cached_prefix(prompt)
+        if reused:
+            cache = DynamicCache(ddp_cache_data=[(k[:, :, :reused], v[:, :, :reused]) for k, v in cached])
+            self.prefix_hits += reused
+        else:
+            cache = DynamicCache(config=self.model.config)
+        ids = torch.tensor([prompt[reused:]], dtype=torch.long, device=self.device)
+        positions = torch.arange(reused, len(prompt), device=self.device).unsqueeze(0)
+        out = self.model(
+            input_ids=ids, position_ids=positions, use_cache=True, logits_to_keep=1, **{self._cache_kwarg: cache}
+        )
         prefix = []
         for layer in cache.layers:
             if type(layer) is not DynamicLayer:
@@ -314,6 +345,26 @@ class ContinuousBatcher:
             prefix.append((layer.keys, layer.values))
         group.prefix = prefix
         group.first_logits = out.logits[0, -1].float()
+        if self.prefix_cache_size > 0:
+            self._prefixes[tuple(prompt)] = prefix
+            self._prefixes.move_to_end(tuple(prompt))
+            while len(self._prefixes) > self.prefix_cache_size:
+                self._prefixes.popitem(last=False)
+
+    def _longest_cached_prefix(self, prompt: list[int]) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """(tokens to reuse, their cached keys/values); at least one prompt token is always left to run."""
+        best, best_key = 0, None
+        for tokens in self._prefixes:
+            limit = min(len(tokens), len(prompt) - 1)
+            shared = 0
+            while shared < limit and tokens[shared] == prompt[shared]:
+                shared += 1
+            if shared > best:
+                best, best_key = shared, tokens
+        if best_key is None or best < _MIN_PREFIX_REUSE:
+            return 0, []
+        self._prefixes.move_to_end(best_key)
+        return best, self._prefixes[best_key]
 
     def _place(self, joiners: list[tuple[_Row, _Group]]) -> None:
         """Put joiners into free slots in place when they fit; otherwise rebuild the buffers."""
@@ -408,8 +459,8 @@ class ContinuousBatcher:
             input_ids=input_ids,
             attention_mask=self._mask[:, : length + 1],
             position_ids=positions,
-            cache=cache,
             use_cache=True,
+            **{self._cache_kwarg: cache},
         )
         self._length = length + 1
         self.steps += 1
@@ -489,6 +540,28 @@ class ContinuousBatcher:
 
     def _decode(self, tokens: Sequence[int]) -> str:
         return str(self._tokenizer.decode(list(tokens), skip_special_tokens=True))
+
+
+def column_major_linears(model: Any) -> int:
+    """Store every Linear weight column-major (same values, same shapes); returns how many moved.
+
+    `linear(x, W)` multiplies by W's transpose; with W column-major that transpose is a plain
+    contiguous matrix, and MKL's small-batch sgemm is faster on it than on the transposed view:
+    measured here, a decode step ran 9 % faster at batch 1 and 17 to 29 % faster at batch 8.
+    Tied weights (lm_head and the embeddings) move once; `save_pretrained` still writes them.
+    """
+    moved = 0
+    seen: set[int] = set()
+    with torch.no_grad():
+        for module in model.modules():
+            weight = getattr(module, "weight", None)
+            if not isinstance(module, torch.nn.Linear) or weight is None or id(weight) in seen:
+                continue
+            seen.add(id(weight))
+            if weight.dim() == 2 and weight.stride(0) != 1:
+                weight.data = weight.data.t().contiguous().t()
+                moved += 1
+    return moved
 
 
 def default_eos_ids(model: Any, tokenizer: Any) -> set[int]:
