@@ -7,6 +7,10 @@ closing code fence and EOS, so some rows stop early and some run to the token li
 * `batcher_1`: the embedded backend with one request in flight at a time;
 * `batcher_8`: the embedded backend with `--concurrency` requests in flight (continuous batching).
 
+Wall-clock rates on shared cores move with whatever else runs, so the CPU time each run used
+(process time, all threads) is reported too; on two contended cores the batch-8 step slows down
+far more than the batch-1 step, since batch 8 is compute-bound and batch 1 memory-bound.
+
 Useful tokens are the tokens of each answer: what a sample generated before EOS or the closing
 fence (the backend's `token_ids`), never padding, the ending tokens, or tokens after a row
 finished. The assistant turn is opened with a ```python fence, so the first fence the model
@@ -117,34 +121,47 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
     _progress(f"model {settings.llm.model} loaded in {time.perf_counter() - started:.1f} s")
     prompts = humaneval_prompts(tokenizer, args.prompts)
     params = SamplingParams(max_tokens=args.max_tokens, stop=[FENCE])
-    backend = EmbeddedBackend(
-        model,
-        tokenizer,
-        model_id=settings.llm.model,
-        max_batch_size=args.concurrency,
-        torch_threads=settings.llm.torch_threads,
-    )
+
+    def fresh_backend() -> EmbeddedBackend:
+        # A new batcher per run: its prefix cache must not carry one run's prompts into the next.
+        return EmbeddedBackend(
+            model,
+            tokenizer,
+            model_id=settings.llm.model,
+            max_batch_size=args.concurrency,
+            torch_threads=settings.llm.torch_threads,
+        )
+
     seconds: dict[str, float] = {}
+    cpu: dict[str, float] = {}
+    steps: dict[str, int] = {}
+    hits: dict[str, int] = {}
     tokens: dict[str, int] = {}
     outputs: dict[str, list[Completion]] = {}
+    warm = fresh_backend()
     try:
-        asyncio.run(_through_backend(backend, prompts[:1], params.model_copy(update={"max_tokens": 4}), 1))  # warm-up
-        for name, concurrency in (("batcher_1", 1), (f"batcher_{args.concurrency}", args.concurrency)):
-            _progress(f"{name}: {len(prompts)} prompts, {concurrency} in flight")
-            steps = backend.batcher.steps
-            start = time.perf_counter()
-            outputs[name] = asyncio.run(_through_backend(backend, prompts, params, concurrency))
-            seconds[name] = time.perf_counter() - start
-            tokens[name] = sum(completion.usage.completion_tokens for completion in outputs[name])
-            _progress(f"{name}: {tokens[name]} tokens in {seconds[name]:.1f} s, {backend.batcher.steps - steps} steps")
+        asyncio.run(_through_backend(warm, ["def warm_up():\n"], params.model_copy(update={"max_tokens": 4}), 1))
     finally:
-        backend.close()
+        warm.close()
+    for name, concurrency in (("batcher_1", 1), (f"batcher_{args.concurrency}", args.concurrency)):
+        _progress(f"{name}: {len(prompts)} prompts, {concurrency} in flight")
+        backend = fresh_backend()
+        try:
+            start, start_cpu = time.perf_counter(), time.process_time()
+            outputs[name] = asyncio.run(_through_backend(backend, prompts, params, concurrency))
+            seconds[name], cpu[name] = time.perf_counter() - start, time.process_time() - start_cpu
+        finally:
+            backend.close()
+        steps[name], hits[name] = backend.batcher.steps, backend.batcher.prefix_hits
+        tokens[name] = sum(completion.usage.completion_tokens for completion in outputs[name])
+        _progress(f"{name}: {tokens[name]} tokens in {seconds[name]:.1f} s, {steps[name]} decode steps")
     generate_texts: list[str] | None = None
     if not args.skip_generate:
         _progress(f"generate_batch1: {len(prompts)} prompts through model.generate")
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         generate_texts, tokens["generate_batch1"] = _generate_batch1(model, tokenizer, prompts, args.max_tokens)
         seconds["generate_batch1"] = time.perf_counter() - start
+        cpu["generate_batch1"] = time.process_time() - start_cpu
         _progress(f"generate_batch1: {tokens['generate_batch1']} tokens in {seconds['generate_batch1']:.1f} s")
 
     batched = f"batcher_{args.concurrency}"
@@ -157,10 +174,17 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
         "max_tokens": args.max_tokens,
         "concurrency": args.concurrency,
         "torch_threads": settings.llm.torch_threads,
+        "dtype": settings.llm.dtype,
         "tokens_per_s": {name: round(rate, 2) for name, rate in rates.items()},
         "seconds": {name: round(value, 2) for name, value in seconds.items()},
+        "cpu_seconds": {name: round(value, 2) for name, value in cpu.items()},
+        "tokens_per_cpu_s": {name: round(tokens[name] / value, 2) for name, value in cpu.items()},
         "useful_tokens": tokens,
         f"ratio_{args.concurrency}_vs_1": round(rates[batched] / rates["batcher_1"], 2),
+        f"ratio_{args.concurrency}_vs_1_cpu": round(cpu["batcher_1"] / cpu[batched], 2),
+        "decode_steps": steps,
+        "prompt_tokens": sum(completion.usage.prompt_tokens for completion in one),
+        "prefix_cache_hits": hits,
         "completion_tokens": {"min": min(lengths), "median": statistics.median(lengths), "max": max(lengths)},
         "finish_reasons": {reason: sum(c.finish_reason == reason for c in one) for reason in ("stop", "length")},
         "outputs_match": {
