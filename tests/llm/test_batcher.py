@@ -323,3 +323,34 @@ async def test_aclose_stops_the_worker_and_refuses_new_work(tiny: tuple[Any, Any
     assert not subject.batcher._thread.is_alive()
     with pytest.raises(BackendError, match="closed"):
         await subject.generate(["late"], SamplingParams(max_tokens=2))
+
+
+@pytest.mark.gpu
+def test_batcher_on_cuda_matches_sequential_greedy() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from veriloop.testing import tiny_causal_lm
+
+    model, tokenizer = tiny_causal_lm(seed=1)
+    model.to("cuda")
+    subject = ContinuousBatcher(model, tokenizer, max_batch_size=3, eos_token_ids=[])
+    try:
+        lengths = [9, 31, 4, 20, 15]
+        futures = [
+            subject.submit(encode(tokenizer, prompt), [SampleSpec(max_tokens=n, logprobs=True)])[0]
+            for prompt, n in zip(PROMPTS, lengths, strict=False)
+        ]
+        sampled = subject.submit(encode(tokenizer, "seeded"), [SampleSpec(max_tokens=10, temperature=1.0, seed=4)] * 2)
+        for prompt, n, future in zip(PROMPTS, lengths, futures, strict=False):
+            output = future.result(timeout=120)
+            ids = torch.tensor([encode(tokenizer, prompt)], device="cuda")
+            with torch.inference_mode():
+                reference = model.generate(
+                    ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False, eos_token_id=None
+                )
+            assert output.token_ids == reference[0, ids.shape[1] :].tolist()
+            assert output.logprobs is not None and all(value <= 0 for value in output.logprobs)
+        first, second = (future.result(timeout=120) for future in sampled)
+        assert first.token_ids == second.token_ids  # the same seed for both samples
+    finally:
+        subject.close()
