@@ -138,6 +138,15 @@ def test_shared_prompt_prefixes_are_prefilled_once(tiny: tuple[Any, Any], batche
     # A prompt identical to an earlier one still runs its last token (the logits come from it).
     again = subject.submit(encode(tokenizer, prompts[0]), [SampleSpec(max_tokens=12)])[0].result(timeout=60)
     assert again.token_ids == outputs[0].token_ids
+    # With no memory for prefixes nothing is reused.
+    model, tokenizer = tiny
+    bare = ContinuousBatcher(model, tokenizer, eos_token_ids=[], prefix_cache_bytes=0)
+    try:
+        for prompt in prompts[:2]:
+            bare.submit(encode(tokenizer, prompt), [SampleSpec(max_tokens=2)])[0].result(timeout=60)
+        assert bare.prefix_hits == 0
+    finally:
+        bare.close()
 
 
 def test_length_stop(tiny: tuple[Any, Any], batcher: Any) -> None:

@@ -13,7 +13,7 @@ KV-cache scheme (why it looks like this):
   hundred tokens copies about as many bytes as the weights themselves.
 * A joining prompt is prefilled alone (batch 1, no padding, logits of the last position only), so
   its prompt pass is what a sequential run computes, and the n samples of one request share that
-  one prefill. The prompts of the last few prefills are kept (`prefix_cache_size`); a new prompt
+  one prefill. The prompts of the last few prefills are kept (`prefix_cache_bytes`); a new prompt
   that starts with the same tokens (a shared system prompt or few-shot block, the earlier turns of
   a conversation) reuses their keys and values and prefills only the rest. On two CPU cores a
   170-token prefill costs about as much as ten decode steps, so this matters.
@@ -161,7 +161,7 @@ class ContinuousBatcher:
         max_batch_size: int = 8,
         torch_threads: int = 1,
         eos_token_ids: Sequence[int] | None = None,
-        prefix_cache_size: int = 8,
+        prefix_cache_bytes: int = 256 << 20,
         name: str = "veriloop-batcher",
     ) -> None:
         if max_batch_size < 1:
@@ -185,7 +185,8 @@ class ContinuousBatcher:
         """Times the cache buffers were rebuilt (joins that could not reuse a slot, growth, compaction)."""
         self.prefix_hits = 0
         """Prompt tokens whose prefill was skipped because a recent prompt began the same way."""
-        self.prefix_cache_size = prefix_cache_size
+        self.prefix_cache_bytes = prefix_cache_bytes
+        self._prefix_bytes = 0
         self._prefixes: OrderedDict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = OrderedDict()
         # transformers renamed `past_key_values` to `cache` in 5.2x; pass whichever this version's forward takes.
         parameters = inspect.signature(model.forward).parameters
@@ -345,11 +346,21 @@ class ContinuousBatcher:
             prefix.append((layer.keys, layer.values))
         group.prefix = prefix
         group.first_logits = out.logits[0, -1].float()
-        if self.prefix_cache_size > 0:
-            self._prefixes[tuple(prompt)] = prefix
-            self._prefixes.move_to_end(tuple(prompt))
-            while len(self._prefixes) > self.prefix_cache_size:
-                self._prefixes.popitem(last=False)
+        self._remember_prefix(tuple(prompt), prefix)
+
+    def _remember_prefix(self, key: tuple[int, ...], prefix: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Keep a prompt's keys and values for later prompts that start the same way; oldest out first."""
+        if key in self._prefixes:
+            self._prefixes.move_to_end(key)
+            return
+        size = sum(keys.nbytes + values.nbytes for keys, values in prefix)
+        if size > self.prefix_cache_bytes:
+            return
+        self._prefixes[key] = prefix
+        self._prefix_bytes += size
+        while self._prefix_bytes > self.prefix_cache_bytes:
+            _, dropped = self._prefixes.popitem(last=False)
+            self._prefix_bytes -= sum(keys.nbytes + values.nbytes for keys, values in dropped)
 
     def _longest_cached_prefix(self, prompt: list[int]) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]]]:
         """(tokens to reuse, their cached keys/values); at least one prompt token is always left to run."""
@@ -494,7 +505,7 @@ class ContinuousBatcher:
         output: RowOutput | None = None
         if token in self.eos_token_ids:
             output = self._output(row, row.tokens[:-1], "stop")
-        elif row.spec.stop:
+        elif row.spec.stop and self._stop_in_tail(row):
             text = self._decode(row.tokens)
             cuts = [index for stop in row.spec.stop if stop and (index := text.find(stop)) >= 0]
             if cuts:
@@ -506,6 +517,17 @@ class ContinuousBatcher:
         with contextlib.suppress(concurrent.futures.InvalidStateError):  # cancelled meanwhile: nobody waits
             row.future.set_result(output)
         return True
+
+    def _stop_in_tail(self, row: _Row) -> bool:
+        """Whether a stop string shows in the last few tokens' text (decoding the whole row each step is O(n²)).
+
+        A stop that completes with the newest token spans at most 4 bytes per character, and every
+        token adds at least one byte, so 4 tokens per character (plus slack for a split character at
+        the window's start) always hold it. A hit is confirmed on the full text.
+        """
+        longest = max(len(stop) for stop in row.spec.stop)
+        tail = self._decode(row.tokens[-(4 * longest + 4) :])
+        return any(stop and stop in tail for stop in row.spec.stop)
 
     def _output(self, row: _Row, tokens: list[int], reason: FinishReason) -> RowOutput:
         return RowOutput(

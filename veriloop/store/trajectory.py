@@ -371,6 +371,20 @@ class TrajectoryStore:
 
         return self._read(work)
 
+    def list_nodes(self, run_id: str, *, task_id: str | None = None) -> list[Node]:
+        """Every node of a run (optionally one task), by task, then parents before children; for exports."""
+        query = self._node_query().where(NodeRow.run_id == run_id)
+        if task_id is not None:
+            query = query.where(NodeRow.task_id == task_id)
+        query = query.order_by(NodeRow.task_id, NodeRow.depth, NodeRow.created_at, NodeRow.id)
+
+        def work(session: Session) -> list[Node]:
+            if session.get(RunRow, run_id) is None:
+                raise NotFoundError(f"run {run_id!r} not found")
+            return [mapping.node_record(node, call, ex, ver) for node, call, ex, ver in session.execute(query)]
+
+        return self._read(work)
+
     def count_nodes(self, run_id: str | None = None) -> int:
         query = select(func.count()).select_from(NodeRow)
         if run_id is not None:
