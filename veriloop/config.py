@@ -105,6 +105,24 @@ class ServiceSettings(Section):
     api_token: str | None = Field(None, description="When set, every endpoint but /health requires it.")
 
 
+class VerifierSettings(Section):
+    """Formal verifiers, the spec guard and the verification cache."""
+
+    timeout_s: float = Field(60.0, gt=0, description="Wall-clock limit of one verifier run.")
+    dafny: str = Field("dafny", description="Dafny command (a name on PATH or a path).")
+    dafny_time_limit_s: int = Field(20, ge=0, description="Dafny's per-VC solver limit (/timeLimit); 0 = none.")
+    nagini_python: Path | None = Field(
+        None,
+        description="Python of the Nagini virtualenv; None = .venv-nagini beside the checkout, then "
+        "<home>/nagini-venv.",
+    )
+    nagini_memory_mb: int = Field(3072, ge=256, description="Recycle a warm Nagini worker above this RSS.")
+    verus: str = Field("verus", description="Verus command (a name on PATH or a path).")
+    verus_multiple_errors: int = Field(100, ge=1, description="Verus --multiple-errors N.")
+    guard: bool = Field(True, description="Run the spec guard (reject spec weakening and escapes).")
+    cache: bool = Field(True, description="Reuse stored results for identical verifications.")
+
+
 class Settings(BaseSettings):
     """Effective settings of one veriloop process."""
 
@@ -117,6 +135,7 @@ class Settings(BaseSettings):
     store: StoreSettings = Field(default_factory=StoreSettings)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     service: ServiceSettings = Field(default_factory=ServiceSettings)
+    verifiers: VerifierSettings = Field(default_factory=VerifierSettings)
 
     @classmethod
     def settings_customise_sources(

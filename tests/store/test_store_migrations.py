@@ -113,11 +113,11 @@ def test_database_with_tables_but_no_revision_is_refused(db_url: str) -> None:
 def test_older_revision_is_refused_with_the_revisions_named(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     upgrade_database(db_url)
     current = head_revision()
-    monkeypatch.setattr(migrate, "head_revision", lambda: "0002")  # as if the code had moved on one revision
+    monkeypatch.setattr(migrate, "head_revision", lambda: "0099")  # as if the code had moved on
     with pytest.raises(DatabaseNotMigratedError) as caught:
         TrajectoryStore(db_url)
     message = str(caught.value)
-    assert f"is not migrated (at revision {current}, code needs 0002); run `veriloop db upgrade`" in message
+    assert f"is not migrated (at revision {current}, code needs 0099); run `veriloop db upgrade`" in message
     assert "\n" not in message
 
 

@@ -208,3 +208,16 @@ class ModelRow(Base):
     metrics: Mapped[dict[str, Any]] = mapped_column(json_type())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
     extra: Mapped[dict[str, Any]] = _extra()
+
+
+class VerificationCacheRow(Base):
+    """A verifier's result keyed by a hash of (verifier, tool version, options, candidate, spec); shared by processes."""
+
+    __tablename__ = "verification_cache"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tool: Mapped[str] = mapped_column(String(64))
+    version: Mapped[str] = mapped_column(String(128))
+    result: Mapped[dict[str, Any]] = mapped_column(json_type())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    hits: Mapped[int] = mapped_column(Integer, default=0)

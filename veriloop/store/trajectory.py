@@ -30,6 +30,7 @@ from veriloop.records import (
     Run,
     RunStatus,
     Task,
+    VerifyResult,
     utcnow,
 )
 from veriloop.store import mapping
@@ -45,6 +46,7 @@ from veriloop.store.models import (
     NodeRow,
     RunRow,
     TaskRow,
+    VerificationCacheRow,
     VerificationRow,
 )
 from veriloop.store.summary import RunSummary, TaskTreeSummary, Timings, TokenCounts
@@ -510,6 +512,40 @@ class TrajectoryStore:
         if limit is not None:
             query = query.limit(limit)
         return self._read(lambda session: [mapping.exemplar_record(row) for row in session.scalars(query)])
+
+    # ------------------------------------------------------------------ verification cache
+
+    def cache_get(self, key: str) -> VerifyResult | None:
+        """The stored result for `key` (counting the hit), or None."""
+
+        def work(session: Session) -> VerifyResult | None:
+            table = _table(VerificationCacheRow)
+            row = session.connection().execute(select(table.c.result).where(table.c.key == key)).first()
+            if row is None:
+                return None
+            session.connection().execute(update(table).where(table.c.key == key).values(hits=table.c.hits + 1))
+            return VerifyResult.model_validate(row[0])
+
+        return self._write(work)
+
+    def cache_put(self, key: str, result: VerifyResult) -> None:
+        """Store `result` under `key`; a concurrent writer of the same key wins quietly (same content)."""
+        values = {
+            "key": key,
+            "tool": result.tool,
+            "version": result.version,
+            "result": result.model_dump(mode="json", by_alias=True),
+            "created_at": utcnow(),
+            "hits": 0,
+        }
+        table = _table(VerificationCacheRow)
+        statement: Any = (pg_insert if self.dialect == "postgresql" else sqlite_insert)(table).values(values)
+        self._write(lambda session: session.connection().execute(statement.on_conflict_do_nothing()))
+
+    def cache_clear(self) -> int:
+        """Forget every cached verification; returns how many there were."""
+        table = _table(VerificationCacheRow)
+        return self._write(lambda session: int(session.connection().execute(delete(table)).rowcount))
 
 
 def _table(row_class: type[Base]) -> Table:

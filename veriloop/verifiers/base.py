@@ -1,0 +1,154 @@
+"""The Verifier seam: the protocol, the registry by name, and a hermetic runner for verifier processes.
+
+Every tool run gets its own temp dir, a wall-clock limit (the whole process group is killed on expiry),
+and reports duration, CPU time and peak memory taken from the kernel's accounting of the child.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from veriloop.config import Settings
+from veriloop.records import Candidate, Task, VerifyResult, VerifyStatus
+from veriloop.registry import Registry
+
+
+@runtime_checkable
+class Verifier(Protocol):
+    """Judges a candidate against its task; never raises for what the candidate contains."""
+
+    name: str
+
+    async def version(self) -> str: ...
+
+    def options(self) -> dict[str, Any]:
+        """Everything besides the tool version that changes the verdict (part of the cache key)."""
+        ...
+
+    async def verify(self, candidate: Candidate, task: Task) -> VerifyResult: ...
+
+    async def aclose(self) -> None: ...
+
+
+VERIFIERS: Registry[Any] = Registry(
+    "verifier",
+    {
+        "tests": "veriloop.verifiers.tests:TestsVerifier",
+        "dafny": "veriloop.verifiers.dafny:DafnyVerifier",
+        "nagini": "veriloop.verifiers.nagini:NaginiVerifier",
+        "verus": "veriloop.verifiers.verus:VerusVerifier",
+    },
+)
+
+
+def load_verifier(name: str, settings: Settings) -> Verifier:
+    """The bare verifier `name` (no guard, no cache)."""
+    cls = VERIFIERS.load(name)
+    verifier: Verifier = cls.from_settings(settings)
+    return verifier
+
+
+# --------------------------------------------------------------------------- running tools
+
+
+@dataclass
+class ToolRun:
+    """What one verifier process did."""
+
+    argv: list[str]
+    returncode: int | None
+    stdout: str
+    stderr: str
+    wall_s: float
+    cpu_s: float | None
+    max_rss_mb: float | None
+    timed_out: bool
+
+    @property
+    def output(self) -> str:
+        return self.stdout + ("\n" if self.stdout and self.stderr else "") + self.stderr
+
+
+def run_tool(
+    argv: Sequence[str],
+    files: Mapping[str, str],
+    *,
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
+) -> ToolRun:
+    """Write `files` into a fresh temp dir, run `argv` there with a deadline, and reap it with wait4 (rusage)."""
+    with tempfile.TemporaryDirectory(prefix="veriloop-verify-") as work:
+        for name, text in files.items():
+            Path(work, name).write_text(text)
+        out_path, err_path = Path(work, ".stdout"), Path(work, ".stderr")
+        started = time.perf_counter()
+        with out_path.open("wb") as out, err_path.open("wb") as err:
+            try:
+                process = subprocess.Popen(
+                    list(argv), cwd=work, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                    env={**os.environ, **(env or {})}, start_new_session=True,
+                )  # fmt: skip
+            except OSError as exc:
+                return ToolRun(list(argv), None, "", f"cannot start {argv[0]}: {exc.strerror}", 0.0, None, None, False)
+            status, usage, timed_out = _wait(process.pid, started + timeout_s)
+        wall = time.perf_counter() - started
+        process.returncode = 0  # reaped by wait4 already; keep Popen from waiting again
+        code = os.waitstatus_to_exitcode(status) if status is not None else None
+        return ToolRun(
+            argv=list(argv),
+            returncode=code,
+            stdout=out_path.read_text(errors="replace"),
+            stderr=err_path.read_text(errors="replace"),
+            wall_s=wall,
+            cpu_s=(usage.ru_utime + usage.ru_stime) if usage else None,
+            max_rss_mb=usage.ru_maxrss / 1024 if usage else None,
+            timed_out=timed_out,
+        )
+
+
+def _wait(pid: int, deadline: float) -> tuple[int | None, Any, bool]:
+    delay = 0.002
+    while True:
+        done, status, usage = os.wait4(pid, os.WNOHANG)
+        if done:
+            _kill_group(pid)  # helpers the tool left behind (a solver) go with it
+            return status, usage, False
+        if time.perf_counter() >= deadline:
+            _kill_group(pid)
+            _, status, usage = os.wait4(pid, 0)
+            return status, usage, True
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+# --------------------------------------------------------------------------- scores
+
+
+def node_score(status: VerifyStatus, verified: int, errors: int, n_err: int = 0, n_note: int = 0) -> float:
+    """AlphaVerus's node score: 1 when verified, -1 when unusable, else v/(v+e) minus 0.1 per error, 0.04 per note."""
+    if status is VerifyStatus.VERIFIED:
+        return 1.0
+    if status is not VerifyStatus.FAILED or verified + errors == 0:
+        return -1.0
+    total = verified + errors
+    return verified / total - (0.1 * n_err + 0.04 * n_note) / total
+
+
+def infra_error(tool: str, version: str, message: str, duration_s: float = 0.0) -> VerifyResult:
+    return VerifyResult(
+        status=VerifyStatus.INFRA_ERROR, tool=tool, version=version, duration_s=duration_s, score=-1.0, reason=message
+    )

@@ -1,0 +1,203 @@
+"""Dafny: `dafny /compile:0 file.dfy`, judged by the exit code and every diagnostic it prints.
+
+Exit codes (Dafny 2.x and 3+ alike): 0 verified, 2 parse/resolution/type errors, 3 compile errors,
+4 verification errors. The summary `Dafny program verifier finished with N verified, M errors[, K time outs]`
+gives the counts; `FILE(LINE,COL): Error ...: MESSAGE` lines the diagnostics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from veriloop.config import Settings
+from veriloop.records import Candidate, Diagnostic, Task, VerifyResult, VerifyStatus
+from veriloop.verifiers.base import infra_error, node_score, run_tool
+
+SOURCE = "program.dfy"
+
+_DIAG = re.compile(
+    r"^(?P<file>[^\s()][^()]*?)\((?P<line>\d+),(?P<col>\d+)\):\s*"
+    r"(?P<sev>Error|Warning|Related location|Related message|Info|Timed out)(?:\s+(?P<code>[A-Z]{2}\d+))?:?\s*"
+    r"(?P<msg>.*)$"
+)
+_SUMMARY = re.compile(
+    r"finished with (?P<v>\d+) verified, (?P<e>\d+) errors?"
+    r"(?:, (?P<t>\d+) time outs?)?(?:, (?P<m>\d+) out of memory)?(?:, (?P<i>\d+) inconclusive)?"
+)
+_FRONT = re.compile(r"(?P<n>\d+) (?P<what>parse|resolution/type) errors? detected in")
+_PROVER_NOISE = re.compile(r"^(Prover error: .*unknown parameter.*|Legal parameters are:|  \S+ \(\w[\w ]*\).*)$")
+
+CLASSES: tuple[tuple[str, str], ...] = (
+    ("timed out", "timeout"),
+    ("time out", "timeout"),
+    ("postcondition", "postcondition"),
+    ("precondition", "precondition"),
+    ("invariant", "invariant"),
+    ("decrease", "decreases"),
+    ("termination", "decreases"),
+    ("assertion", "assertion"),
+    ("index out of range", "index"),
+    ("division by zero", "division"),
+    ("might be null", "null"),
+    ("modifies clause", "frame"),
+    ("assignment may update", "frame"),
+    ("reads clause", "frame"),
+    ("insufficient reads", "frame"),
+    ("unresolved identifier", "resolution"),
+)
+
+
+def classify(message: str, front: str | None = None) -> str:
+    lowered = message.lower()
+    for needle, kind in CLASSES:
+        if needle in lowered:
+            return kind if front is None or kind == "resolution" else front
+    return front or "other"
+
+
+@dataclass
+class DafnyReport:
+    """Dafny's output, parsed."""
+
+    verified: int
+    errors: int
+    timeouts: int
+    front_errors: int
+    front_kind: str | None
+    diagnostics: list[Diagnostic]
+    summary: bool
+
+
+def parse_output(text: str) -> DafnyReport:
+    """Every diagnostic of a Dafny run (errors, related locations as notes), the summary and front-end counts."""
+    front_kind: str | None = None
+    front_errors = 0
+    for found in _FRONT.finditer(text):
+        front_errors += int(found.group("n"))
+        front_kind = "parse" if found.group("what") == "parse" else "resolution"
+    diagnostics: list[Diagnostic] = []
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        if _PROVER_NOISE.match(line):
+            continue
+        match = _DIAG.match(line)
+        if not match:
+            continue
+        sev, message = match.group("sev"), match.group("msg").strip()
+        if sev in ("Related location", "Related message"):
+            kind = diagnostics[-1].kind if diagnostics else classify(message)
+            diagnostics.append(_diag("note", kind, f"{sev}: {message}", match))
+        elif sev == "Warning":
+            diagnostics.append(_diag("warning", "warning", message, match))
+        elif sev == "Info":
+            continue
+        elif sev == "Timed out":
+            diagnostics.append(_diag("error", "timeout", message or "verification timed out", match))
+        else:
+            diagnostics.append(_diag("error", classify(message, front_kind), message, match))
+    summary = _SUMMARY.search(text)
+    verified = int(summary.group("v")) if summary else 0
+    errors = int(summary.group("e")) if summary else 0
+    timeouts = int(summary.group("t") or 0) if summary else 0
+    if summary and timeouts and not any(d.kind == "timeout" for d in diagnostics):
+        diagnostics.append(Diagnostic(severity="error", kind="timeout", message=f"{timeouts} verification time outs"))
+    return DafnyReport(verified, errors, timeouts, front_errors, front_kind, diagnostics, summary is not None)
+
+
+def _diag(severity: Any, kind: str, message: str, match: re.Match[str]) -> Diagnostic:
+    code = match.group("code")
+    return Diagnostic(
+        severity=severity,
+        kind=kind,
+        message=f"{code}: {message}" if code else message,
+        line=int(match.group("line")),
+        column=int(match.group("col")),
+        file=match.group("file"),
+    )
+
+
+def judge(returncode: int | None, timed_out: bool, text: str) -> tuple[VerifyStatus, DafnyReport, str | None]:
+    """Status from the exit code first, the parsed output second."""
+    report = parse_output(text)
+    if timed_out:
+        return VerifyStatus.TIMEOUT, report, "the verifier ran past its time limit"
+    if report.front_errors or returncode == 2:
+        return VerifyStatus.SYNTAX_ERROR, report, None
+    if report.errors or returncode in (3, 4):
+        if report.errors == 0 and report.timeouts:
+            return VerifyStatus.TIMEOUT, report, "the solver timed out"
+        return VerifyStatus.FAILED, report, None
+    if report.timeouts:
+        return VerifyStatus.TIMEOUT, report, "the solver timed out"
+    if returncode == 0 and report.summary:
+        return VerifyStatus.VERIFIED, report, None
+    return VerifyStatus.INFRA_ERROR, report, f"dafny exited with {returncode} and no summary: {text.strip()[-300:]}"
+
+
+class DafnyVerifier:
+    """Runs the Dafny CLI once per candidate (Debian's 2.3 here; the sandbox image carries a current one)."""
+
+    name = "dafny"
+
+    def __init__(self, command: str = "dafny", *, timeout_s: float = 60.0, time_limit_s: int = 20) -> None:
+        self.command = command
+        self.timeout_s = timeout_s
+        self.time_limit_s = time_limit_s
+        self._version: str | None = None
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> DafnyVerifier:
+        section = settings.verifiers
+        return cls(section.dafny, timeout_s=section.timeout_s, time_limit_s=section.dafny_time_limit_s)
+
+    def options(self) -> dict[str, Any]:
+        return {"time_limit_s": self.time_limit_s, "timeout_s": self.timeout_s}
+
+    def argv(self) -> list[str]:
+        argv = [self.command, "/compile:0", "/nologo", "/errorTrace:0"]
+        if self.time_limit_s:
+            argv.append(f"/timeLimit:{self.time_limit_s}")
+        return [*argv, SOURCE]
+
+    async def version(self) -> str:
+        async with self._lock:
+            if self._version is None:
+                run = await asyncio.to_thread(run_tool, [self.command, "/version"], {}, timeout_s=60)
+                found = re.search(r"Dafny\s+(\S+)", run.output)
+                if run.returncode is None or not found:
+                    return ""
+                self._version = found.group(1)
+            return self._version
+
+    async def verify(self, candidate: Candidate, task: Task) -> VerifyResult:
+        return await self.check(candidate.code)
+
+    async def check(self, code: str) -> VerifyResult:
+        version = await self.version()
+        if not version:
+            return infra_error(self.name, "", f"{self.command} is not installed or does not run")
+        run = await asyncio.to_thread(run_tool, self.argv(), {SOURCE: code}, timeout_s=self.timeout_s)
+        if run.returncode is None and not run.timed_out:
+            return infra_error(self.name, version, run.stderr, run.wall_s)
+        status, report, reason = judge(run.returncode, run.timed_out, run.output)
+        errors = report.errors + report.front_errors
+        n_err = sum(d.severity == "error" for d in report.diagnostics)
+        n_note = sum(d.severity == "note" for d in report.diagnostics)
+        return VerifyResult(
+            status=status,
+            verified=report.verified,
+            errors=errors,
+            diagnostics=report.diagnostics,
+            score=node_score(status, report.verified, errors, n_err, n_note),
+            tool=self.name,
+            version=version,
+            duration_s=run.wall_s,
+            reason=reason,
+        )
+
+    async def aclose(self) -> None:
+        return None

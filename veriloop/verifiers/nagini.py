@@ -1,0 +1,309 @@
+"""Nagini: Python programs with `nagini_contracts` (Requires/Ensures/Invariant), verified by a warm worker.
+
+A cold `nagini FILE` costs 7 to 27 s (JVM start, Viper prelude, JIT); the warm worker (`nagini_worker.py`, run
+by the Nagini virtualenv's Python) pays that once and then answers in about a second per file. Workers are
+shared by every verifier in the process (keyed by interpreter), serve one request at a time, and are
+recycled when they crash, run past the timeout, or grow beyond the memory bound. Nagini's own `--server`
+mode is avoided: it binds a fixed port on all interfaces, has no timeout and dies on some inputs.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import atexit
+import contextlib
+import json
+import os
+import queue
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from veriloop.config import Settings
+from veriloop.records import Candidate, Diagnostic, Task, VerifyResult, VerifyStatus
+from veriloop.verifiers.base import infra_error, node_score
+
+WORKER = Path(__file__).with_name("nagini_worker.py")
+START_TIMEOUT_S = 600.0
+
+CLASSES: tuple[tuple[str, str], ...] = (
+    ("postcondition", "postcondition"),
+    ("precondition", "precondition"),
+    ("invariant", "invariant"),
+    ("termination", "decreases"),
+    ("decreases", "decreases"),
+    ("assert", "assertion"),
+    ("permission", "permission"),
+    ("fold", "permission"),
+    ("exhale", "permission"),
+    ("type", "type"),
+    ("syntax", "syntax"),
+    ("unsupported", "unsupported"),
+    ("invalid", "invalid_program"),
+)
+
+
+def classify(error_id: str, message: str = "") -> str:
+    """Nagini's error ids look like `postcondition.violated:assertion.false`; the part before `:` says what."""
+    head, _, reason = error_id.partition(":")
+    for text in (head, message.lower(), reason):
+        for needle, kind in CLASSES:
+            if needle in text:
+                return kind
+    return "other"
+
+
+def default_python(settings: Settings) -> Path:
+    """The Nagini virtualenv's interpreter: the setting, else `.venv-nagini` beside the checkout, else under home."""
+    if settings.verifiers.nagini_python is not None:
+        return settings.verifiers.nagini_python
+    beside = Path(__file__).resolve().parents[2] / ".venv-nagini" / "bin" / "python"
+    if beside.exists():
+        return beside
+    return settings.paths.home / "nagini-venv" / "bin" / "python"
+
+
+class WorkerError(Exception):
+    """The worker died, timed out or could not start; the message says which."""
+
+
+@dataclass
+class Reply:
+    payload: dict[str, Any]
+    seconds: float
+
+
+class NaginiWorker:
+    """One supervised worker process; thread-safe, one request at a time."""
+
+    def __init__(self, python: Path, *, memory_mb: int = 3072) -> None:
+        self.python = python
+        self.memory_mb = memory_mb
+        self.version = ""
+        self.starts = 0
+        self._process: subprocess.Popen[str] | None = None
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._next_id = 0
+
+    @property
+    def alive(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def _start(self) -> None:
+        if not self.python.exists():
+            raise WorkerError(f"Nagini's Python {self.python} is missing; run scripts/setup-verifiers.sh")
+        self._lines = queue.Queue()
+        self._process = subprocess.Popen(
+            [str(self.python), "-u", str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, text=True, start_new_session=True, cwd=tempfile.gettempdir(),
+        )  # fmt: skip
+        self.starts += 1
+        stdout = self._process.stdout
+        assert stdout is not None
+        lines = self._lines
+
+        def pump() -> None:
+            for line in stdout:
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=pump, name="nagini-worker-stdout", daemon=True).start()
+        ready = self._read(START_TIMEOUT_S)
+        if not ready.get("ready"):
+            self._stop()
+            raise WorkerError(f"the Nagini worker did not start: {ready}")
+        self.version = str(ready.get("version", ""))
+
+    def _read(self, timeout_s: float) -> dict[str, Any]:
+        try:
+            line = self._lines.get(timeout=timeout_s)
+        except queue.Empty:
+            self._stop()
+            raise WorkerError("timeout") from None
+        if line is None:
+            self._stop()
+            raise WorkerError("the Nagini worker exited")
+        payload: dict[str, Any] = json.loads(line)
+        return payload
+
+    def ensure_started(self) -> str:
+        with self._lock:
+            if not self.alive:
+                self._start()
+            return self.version
+
+    def request(self, path: str, timeout_s: float) -> Reply:
+        """Verify `path`; raises WorkerError("timeout") after `timeout_s` (the worker is then recycled)."""
+        with self._lock:
+            if not self.alive:
+                self._start()
+            assert self._process is not None and self._process.stdin is not None
+            self._next_id += 1
+            started = time.perf_counter()
+            try:
+                self._process.stdin.write(json.dumps({"id": self._next_id, "path": path}) + "\n")
+                self._process.stdin.flush()
+            except OSError:
+                self._stop()
+                raise WorkerError("the Nagini worker exited") from None
+            payload = self._read(timeout_s)
+            seconds = time.perf_counter() - started
+            if self._rss_mb() > self.memory_mb:
+                self._stop()
+            return Reply(payload, seconds)
+
+    def _rss_mb(self) -> float:
+        if self._process is None:
+            return 0.0
+        try:
+            for line in Path(f"/proc/{self._process.pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        except OSError:
+            return 0.0
+        return 0.0
+
+    def _stop(self) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop()
+
+
+_WORKERS: dict[tuple[str, int], NaginiWorker] = {}
+_WORKERS_LOCK = threading.Lock()
+
+
+def shared_worker(python: Path, memory_mb: int = 3072) -> NaginiWorker:
+    """The process-wide warm worker for this interpreter (started on first use)."""
+    with _WORKERS_LOCK:
+        key = (str(python), memory_mb)
+        if key not in _WORKERS:
+            _WORKERS[key] = NaginiWorker(python, memory_mb=memory_mb)
+        return _WORKERS[key]
+
+
+def close_workers() -> None:
+    with _WORKERS_LOCK:
+        workers = list(_WORKERS.values())
+        _WORKERS.clear()
+    for worker in workers:
+        worker.close()
+
+
+def functions(code: str) -> list[tuple[str, int, int]]:
+    """(name, first line, last line) of every function, methods included."""
+    found = []
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            found.append((node.name, node.lineno, node.end_lineno or node.lineno))
+    return found
+
+
+def result_from_reply(code: str, payload: dict[str, Any], version: str, seconds: float) -> VerifyResult:
+    """The worker's reply as a VerifyResult: one diagnostic per error, counts per function."""
+    status = VerifyStatus(payload.get("status", "infra_error"))
+    diagnostics = [
+        Diagnostic(severity="error", kind=classify(str(e.get("id", "")), str(e.get("message", ""))),
+                   message=str(e.get("message", "")), line=e.get("line"), column=e.get("column"))
+        for e in payload.get("errors", [])
+    ]  # fmt: skip
+    if status is VerifyStatus.SYNTAX_ERROR and not diagnostics:
+        diagnostics.append(Diagnostic(severity="error", kind="type", message=str(payload.get("text", ""))))
+    spans = functions(code) if status in (VerifyStatus.VERIFIED, VerifyStatus.FAILED) else []
+    lines = [d.line for d in diagnostics if d.line is not None]
+    failed = {name for name, first, last in spans for line in lines if first <= line <= last}
+    verified = len(spans) - len(failed)
+    errors = len(diagnostics) if status is not VerifyStatus.VERIFIED else 0
+    return VerifyResult(
+        status=status,
+        verified=verified,
+        errors=errors,
+        diagnostics=diagnostics,
+        score=node_score(status, verified, errors, len(diagnostics)),
+        tool="nagini",
+        version=version,
+        duration_s=seconds,
+        reason=str(payload.get("text", ""))[:500] if status is VerifyStatus.INFRA_ERROR else None,
+    )
+
+
+class NaginiVerifier:
+    """Verifies a Python candidate with Nagini through the shared warm worker."""
+
+    name = "nagini"
+
+    def __init__(self, python: Path, *, timeout_s: float = 60.0, memory_mb: int = 3072) -> None:
+        self.python = python
+        self.timeout_s = timeout_s
+        self.worker = shared_worker(python, memory_mb)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> NaginiVerifier:
+        section = settings.verifiers
+        return cls(default_python(settings), timeout_s=section.timeout_s, memory_mb=section.nagini_memory_mb)
+
+    def options(self) -> dict[str, Any]:
+        return {"timeout_s": self.timeout_s, "backend": "silicon"}
+
+    async def version(self) -> str:
+        try:
+            return await asyncio.to_thread(self.worker.ensure_started)
+        except WorkerError:
+            return ""
+
+    async def verify(self, candidate: Candidate, task: Task) -> VerifyResult:
+        return await self.check(candidate.code)
+
+    async def check(self, code: str) -> VerifyResult:
+        try:
+            ast.parse(code)
+        except SyntaxError as exc:
+            diag = Diagnostic(severity="error", kind="syntax", message=str(exc.msg), line=exc.lineno, column=exc.offset)
+            return VerifyResult(
+                status=VerifyStatus.SYNTAX_ERROR, errors=1, diagnostics=[diag], score=-1.0, tool=self.name,
+                version=await self.version(),
+            )  # fmt: skip
+        try:
+            version = await asyncio.to_thread(self.worker.ensure_started)
+        except WorkerError as exc:
+            return infra_error(self.name, "", str(exc))
+        with tempfile.TemporaryDirectory(prefix="veriloop-nagini-") as work:
+            path = Path(work, "program.py")
+            path.write_text(code)
+            started = time.perf_counter()
+            try:
+                reply = await asyncio.to_thread(self.worker.request, str(path), self.timeout_s)
+            except WorkerError as exc:
+                seconds = time.perf_counter() - started
+                if str(exc) == "timeout":
+                    return VerifyResult(
+                        status=VerifyStatus.TIMEOUT, tool=self.name, version=version, duration_s=seconds, score=-1.0,
+                        reason=f"no verdict within {self.timeout_s:g} s; the worker was recycled",
+                        diagnostics=[Diagnostic(kind="timeout", message="verification timed out")],
+                    )  # fmt: skip
+                return infra_error(self.name, version, str(exc), seconds)
+        return result_from_reply(code, reply.payload, version, reply.seconds)
+
+    async def aclose(self) -> None:
+        return None  # the worker is shared by the process; close_workers() ends it
+
+
+atexit.register(close_workers)
