@@ -1,0 +1,177 @@
+"""CommVQ: RoPE commutativity of the key codebook, key/value reconstruction, the model hooks."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import torch
+from torch import nn
+
+from veriloop.kernels.commvq import (
+    CommVQ,
+    KeyCodebook,
+    ValueCodec,
+    _pack_bits,
+    _unpack_bits,
+    apply_rope,
+    attach_commvq_,
+    collect_kv,
+    fit_commvq,
+    fit_key_codebook,
+    fit_value_codec,
+    from_pairs,
+    pair_matrix,
+    rope_phase,
+    to_pairs,
+)
+
+
+def _inv_freq(dim: int, base: float = 10000.0) -> torch.Tensor:
+    return 1.0 / base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)
+
+
+def _random_codebook(groups: int = 2, stages: int = 3, size: int = 4, pairs: int = 8) -> KeyCodebook:
+    gen = torch.Generator().manual_seed(0)
+    shape = (groups, stages, size, pairs)
+    za = torch.complex(torch.randn(shape, generator=gen), torch.randn(shape, generator=gen))
+    zb = torch.complex(torch.randn(shape, generator=gen), torch.randn(shape, generator=gen))
+    return KeyCodebook(za, zb)
+
+
+def test_apply_rope_matches_transformers_rotate_half() -> None:
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    x = torch.randn(1, 2, 5, 16)
+    positions = torch.tensor([0, 3, 7, 100, 4000])
+    angles = positions[:, None].double() * _inv_freq(16).double()
+    cos = torch.cat([angles.cos(), angles.cos()], -1)[None].float()
+    sin = torch.cat([angles.sin(), angles.sin()], -1)[None].float()
+    _, expected = apply_rotary_pos_emb(x, x, cos, sin)
+    assert torch.allclose(apply_rope(x, positions, _inv_freq(16)), expected, atol=1e-5)
+
+
+def test_a_rotated_codebook_keeps_its_structure() -> None:
+    book = _random_codebook(groups=1, stages=1, size=3, pairs=4)
+    phase = rope_phase(torch.tensor(11), _inv_freq(8))
+    rotated = book.rotated(phase)
+    assert torch.allclose(rotated.centres(0), book.centres(0) * phase, atol=1e-5)
+
+
+def test_pair_matrices_commute_with_rotations() -> None:
+    centre = torch.complex(torch.randn(6), torch.randn(6))
+    rotation = pair_matrix(rope_phase(torch.tensor(37), _inv_freq(12)))
+    assert torch.allclose(pair_matrix(centre) @ rotation, rotation @ pair_matrix(centre), atol=1e-6)
+
+
+def test_rotate_then_decode_equals_decode_then_rotate() -> None:
+    book = _random_codebook()
+    codes = torch.randint(0, 4, (2, 5, 3, 2))
+    positions = torch.tensor([0, 1, 9, 250, 8191])
+    inv_freq = _inv_freq(16)
+    phase = rope_phase(positions, inv_freq)  # (5, P)
+    decoded_then_rotated = from_pairs(book.decode(codes) * phase)
+    rotated_then_decoded = from_pairs(book.rotated(phase).decode(codes))
+    assert torch.allclose(rotated_then_decoded, decoded_then_rotated, atol=1e-5)
+    # the same through the cache codec, whose keys are (B, H, S, d)
+    commvq = CommVQ([book], ValueCodec(1, 16), torch.ones(1, 2, 16), head_dim=16)
+    keys = torch.randn(1, 2, 5, 16)
+    key_codes, norms = commvq.encode_keys(0, keys)
+    plain = commvq.decode_keys(0, key_codes, norms)
+    rotated = commvq.decode_keys(0, key_codes, norms, positions=positions, inv_freq=inv_freq)
+    assert torch.allclose(rotated, apply_rope(plain, positions, inv_freq), atol=1e-4)
+
+
+def test_structured_distances_match_explicit_centres() -> None:
+    book = _random_codebook(groups=1, stages=1, size=5, pairs=4)
+    x = torch.complex(torch.randn(1, 7, 4), torch.randn(1, 7, 4))
+    codes = book.encode(x)
+    centres = book.centres(0).reshape(1, 25, 4)
+    best = (x[:, :, None] - centres[:, None]).abs().pow(2).sum(-1).argmin(-1)
+    assert torch.equal(codes[0, :, 0, 0] * 5 + codes[0, :, 0, 1], best[0])
+
+
+def _low_rank_keys(groups: int, n: int, pairs: int, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    basis = torch.randn(groups, 6, 2 * pairs, generator=gen)
+    keys = torch.randn(groups, n, 6, generator=gen) @ basis + 0.05 * torch.randn(groups, n, 2 * pairs, generator=gen)
+    keys = keys / keys.norm(dim=-1, keepdim=True)
+    return to_pairs(keys)
+
+
+def test_key_codebook_error_falls_with_stages() -> None:
+    x = _low_rank_keys(groups=2, n=400, pairs=8)
+    book = fit_key_codebook(x, stages=4, codebook_size=8, iters=6)
+    errors = []
+    for stages in range(1, 5):
+        partial = KeyCodebook(book.za[:, :stages], book.zb[:, :stages])
+        rec = partial.decode(partial.encode(x))
+        errors.append(((rec - x).abs().pow(2).sum(-1).mean() / x.abs().pow(2).sum(-1).mean()).item())
+    assert errors[0] < 0.6
+    assert all(b < a for a, b in itertools.pairwise(errors))
+    assert errors[-1] < 0.15
+    assert book.bits_per_vector() == 4 * 2 * 3
+
+
+def test_value_codec_reconstructs_and_refinement_helps() -> None:
+    gen = torch.Generator().manual_seed(1)
+    mix = torch.randn(2, 16, 16, generator=gen) * torch.linspace(0.2, 2, 16)
+    x = torch.randn(2, 600, 16, generator=gen) @ mix + 0.2
+    x = x / x.norm(dim=-1, keepdim=True)
+    codec = fit_value_codec(x, bits=2, rounds=3, sweeps=2, steps=20)
+    err = ((codec.decode(codec.encode(x)) - x).pow(2).sum(-1).mean()).item()
+    codec.refine_sweeps = 0
+    err_encoder_only = ((codec.decode(codec.encode(x)) - x).pow(2).sum(-1).mean()).item()
+    assert err < 0.1
+    assert err <= err_encoder_only
+
+
+def test_bit_packing_round_trip() -> None:
+    bits = torch.randint(0, 2, (7, 37), dtype=torch.uint8)
+    packed = _pack_bits(bits)
+    assert packed.shape == (7, 5)
+    assert torch.equal(_unpack_bits(packed, 37), bits)
+
+
+def _tiny_llama() -> nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+def test_commvq_on_a_llama_model() -> None:
+    model = _tiny_llama()
+    ids = torch.randint(0, 64, (1, 96), generator=torch.Generator().manual_seed(2))
+    calibration = collect_kv(model, ids, head_dim=8)
+    assert calibration.keys.shape == (2, 2, 96, 8) and calibration.values.shape == (2, 2, 96, 8)
+    commvq = fit_commvq(calibration, key_stages=6, codebook_size=8, em_iters=5, value_rounds=2, value_steps=10)
+    stored = commvq.compress(1, calibration.keys[1][None], calibration.values[1][None])
+    assert stored.key_codes.dtype == torch.uint8 and stored.key_codes.shape == (1, 2, 96, 5)  # 6 stages × 2 × 3 bits
+    assert stored.key_norms.dtype == torch.float16 and stored.value_bits.shape == (1, 2, 96, 2)
+    keys, values = commvq.decompress(1, stored)
+    key_err = ((keys - calibration.keys[1]).pow(2).sum() / calibration.keys[1].pow(2).sum()).item()
+    value_err = ((values - calibration.values[1]).pow(2).sum() / calibration.values[1].pow(2).sum()).item()
+    assert key_err < 0.1 and value_err < 0.3
+    per_token = commvq.bytes_per_token(kv_heads=2)
+    assert per_token == 2 * 2 * (5 + 2 + 4)
+    assert stored.nbytes() * 2 / 96 == per_token  # what compress really stores, two layers
+    with torch.no_grad():
+        before = model(input_ids=ids).logits
+        remove = attach_commvq_(model, commvq)
+        during = model(input_ids=ids).logits
+        remove()
+        after = model(input_ids=ids).logits
+    assert torch.equal(before, after)
+    assert not torch.equal(before, during)
+    assert (during - before).abs().max().item() < 0.5 * before.abs().max().item() + 1e-3
+    assert math.isfinite(during.sum().item())
