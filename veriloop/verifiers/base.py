@@ -7,7 +7,10 @@ and reports duration, CPU time and peak memory taken from the kernel's accountin
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -133,6 +136,46 @@ def _wait(pid: int, deadline: float) -> tuple[int | None, Any, bool]:
 def _kill_group(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
+
+
+# --------------------------------------------------------------------------- tool versions
+
+_VERSIONS: dict[tuple[str, int, int], str] = {}
+
+
+def tool_version(command: str, argv: Sequence[str], pattern: str, cache_dir: Path | None = None) -> str:
+    """The version a tool reports, memoised per binary (path, size, mtime) in memory and in `cache_dir`.
+
+    Asking Dafny costs half a second of Mono start; a cache hit must not pay it in every new process.
+    """
+    found = shutil.which(command)
+    if found is None:
+        return ""
+    real = os.path.realpath(found)
+    info = Path(real).stat()
+    key = (real, info.st_size, int(info.st_mtime))
+    if key in _VERSIONS:
+        return _VERSIONS[key]
+    record = cache_dir / "tool-versions.json" if cache_dir is not None else None
+    stored: dict[str, str] = {}
+    if record is not None and record.exists():
+        with contextlib.suppress(OSError, ValueError):
+            stored = json.loads(record.read_text())
+    label = "|".join(str(part) for part in key)
+    if label not in stored:
+        run = run_tool([command, *argv], {}, timeout_s=120)
+        match = re.search(pattern, run.output)
+        if run.returncode is None or not match:
+            return ""
+        stored[label] = match.group(1)
+        if record is not None:
+            with contextlib.suppress(OSError):
+                record.parent.mkdir(parents=True, exist_ok=True)
+                temp = record.with_suffix(f".{os.getpid()}.tmp")
+                temp.write_text(json.dumps(stored, indent=1))
+                temp.replace(record)
+    _VERSIONS[key] = stored[label]
+    return stored[label]
 
 
 # --------------------------------------------------------------------------- scores

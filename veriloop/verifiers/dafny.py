@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from veriloop.config import Settings
 from veriloop.records import Candidate, Diagnostic, Task, VerifyResult, VerifyStatus
-from veriloop.verifiers.base import infra_error, node_score, run_tool
+from veriloop.verifiers.base import infra_error, node_score, run_tool, tool_version
 
 SOURCE = "program.dfy"
 
@@ -142,8 +143,11 @@ class DafnyVerifier:
 
     name = "dafny"
 
-    def __init__(self, command: str = "dafny", *, timeout_s: float = 60.0, time_limit_s: int = 20) -> None:
+    def __init__(
+        self, command: str = "dafny", *, timeout_s: float = 60.0, time_limit_s: int = 20, cache_dir: Path | None = None
+    ) -> None:
         self.command = command
+        self.cache_dir = cache_dir
         self.timeout_s = timeout_s
         self.time_limit_s = time_limit_s
         self._version: str | None = None
@@ -152,7 +156,12 @@ class DafnyVerifier:
     @classmethod
     def from_settings(cls, settings: Settings) -> DafnyVerifier:
         section = settings.verifiers
-        return cls(section.dafny, timeout_s=section.timeout_s, time_limit_s=section.dafny_time_limit_s)
+        return cls(
+            section.dafny,
+            timeout_s=section.timeout_s,
+            time_limit_s=section.dafny_time_limit_s,
+            cache_dir=settings.paths.cache_dir,
+        )
 
     def options(self) -> dict[str, Any]:
         return {"time_limit_s": self.time_limit_s, "timeout_s": self.timeout_s}
@@ -165,12 +174,10 @@ class DafnyVerifier:
 
     async def version(self) -> str:
         async with self._lock:
-            if self._version is None:
-                run = await asyncio.to_thread(run_tool, [self.command, "/version"], {}, timeout_s=60)
-                found = re.search(r"Dafny\s+(\S+)", run.output)
-                if run.returncode is None or not found:
-                    return ""
-                self._version = found.group(1)
+            if not self._version:
+                self._version = await asyncio.to_thread(
+                    tool_version, self.command, ["/version"], r"Dafny\s+(\S+)", self.cache_dir
+                )
             return self._version
 
     async def verify(self, candidate: Candidate, task: Task) -> VerifyResult:
