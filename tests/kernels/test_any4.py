@@ -21,6 +21,7 @@ from veriloop.kernels.any4 import (
     unpack_codes,
     weighted_kmeans_1d,
 )
+from veriloop.testing import tiny_causal_lm
 
 requires_triton = pytest.mark.skipif(not triton_installed(), reason="the `triton` package (gpu extra) is not installed")
 
@@ -114,28 +115,18 @@ def test_triton_dequant_matmul_matches_reference(device: str, method: str) -> No
 
 
 def _tiny_llama() -> nn.Module:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=True,
-    )
-    return LlamaForCausalLM(config).eval()
+    model, _ = tiny_causal_lm(seed=0, layers=2, hidden=64)
+    assert isinstance(model, nn.Module)
+    return model
 
 
 def test_quantize_model_swaps_linears_and_keeps_lm_head() -> None:
     model = _tiny_llama()
-    ids = torch.randint(0, 64, (1, 16))
+    ids = torch.randint(0, 259, (1, 16), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         before = model(input_ids=ids).logits
     moments = calibration_moments(model, ids)
-    assert "model.layers.0.self_attn.q_proj" in moments and moments["model.layers.0.mlp.down_proj"].shape == (64,)
+    assert "model.layers.0.self_attn.q_proj" in moments and moments["model.layers.0.mlp.down_proj"].shape == (128,)
     report = quantize_model_(model, "any4", group_size=16, calibration=moments, impl="torch")
     assert report.layers == 14 and 0 < report.relative_mse < 0.05
     assert report.bytes_quantized < report.bytes_fp32  # tiny rows: the per-row tables weigh in
@@ -144,10 +135,16 @@ def test_quantize_model_swaps_linears_and_keeps_lm_head() -> None:
     with torch.no_grad():
         after = model(input_ids=ids).logits
     assert after.shape == before.shape
-    assert (after - before).abs().max().item() < 0.5 * before.abs().max().item()
+    coarse = _tiny_llama()
+    quantize_model_(coarse, "any2", group_size=16, calibration=moments, impl="torch")
+    with torch.no_grad():
+        coarse_logits = coarse(input_ids=ids).logits
+    # the double's large random weights amplify errors; still 4 bits must stay far closer than 2
+    assert (after - before).norm() < 0.6 * before.norm()
+    assert (after - before).norm() < 0.5 * (coarse_logits - before).norm()
 
 
 def test_quantize_model_runs_calibration_from_token_ids() -> None:
     model = _tiny_llama()
-    report = quantize_model_(model, "any3", group_size=16, calibration=torch.randint(0, 64, (20,)), impl="torch")
+    report = quantize_model_(model, "any3", group_size=16, calibration=torch.randint(0, 259, (20,)), impl="torch")
     assert report.method == "any3" and report.layers == 14

@@ -25,6 +25,7 @@ from veriloop.kernels.commvq import (
     rope_phase,
     to_pairs,
 )
+from veriloop.testing import tiny_causal_lm
 
 
 def _inv_freq(dim: int, base: float = 10000.0) -> torch.Tensor:
@@ -134,24 +135,14 @@ def test_bit_packing_round_trip() -> None:
 
 
 def _tiny_llama() -> nn.Module:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-    )
-    return LlamaForCausalLM(config).eval()
+    model, _ = tiny_causal_lm(seed=0, layers=2, hidden=32)
+    assert isinstance(model, nn.Module)
+    return model
 
 
 def test_commvq_on_a_llama_model() -> None:
     model = _tiny_llama()
-    ids = torch.randint(0, 64, (1, 96), generator=torch.Generator().manual_seed(2))
+    ids = torch.randint(0, 259, (1, 96), generator=torch.Generator().manual_seed(2))
     calibration = collect_kv(model, ids, head_dim=8)
     assert calibration.keys.shape == (2, 2, 96, 8) and calibration.values.shape == (2, 2, 96, 8)
     commvq = fit_commvq(calibration, key_stages=6, codebook_size=8, em_iters=5, value_rounds=2, value_steps=10)
@@ -173,5 +164,14 @@ def test_commvq_on_a_llama_model() -> None:
         after = model(input_ids=ids).logits
     assert torch.equal(before, after)
     assert not torch.equal(before, during)
-    assert (during - before).abs().max().item() < 0.5 * before.abs().max().item() + 1e-3
+    coarse = fit_commvq(
+        calibration, key_stages=1, codebook_size=2, em_iters=2, value_bits=1, value_rounds=1, value_steps=1
+    )
+    with torch.no_grad():
+        remove = attach_commvq_(model, coarse)
+        coarse_logits = model(input_ids=ids).logits
+        remove()
+    # the double's large random weights amplify errors; a finer cache must still stay closer
+    assert (during - before).norm() < 0.8 * before.norm()
+    assert (during - before).norm() < 0.8 * (coarse_logits - before).norm()
     assert math.isfinite(during.sum().item())
