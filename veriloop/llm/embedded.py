@@ -132,6 +132,8 @@ def resolve_model(spec: str, settings: Settings) -> Path:
     if spec == DEFAULT_MODEL:
         return ensure_default_model(settings)
     scheme, sep, rest = spec.partition(":")
+    if sep and scheme == "checkpoint" and scheme not in MODEL_RESOLVERS:
+        import veriloop.training.checkpoints  # noqa: F401  (registers the store's checkpoint resolver)
     if sep and scheme in MODEL_RESOLVERS:
         return MODEL_RESOLVERS[scheme](rest, settings)
     if sep and scheme == "checkpoint":

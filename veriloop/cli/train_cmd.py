@@ -1,0 +1,101 @@
+"""`veriloop train METHOD --data PATH`: train on an export, register the checkpoint, serve it as `checkpoint:ID`."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from veriloop.cli.app import JsonFlag, app, emit, state
+from veriloop.errors import ConfigError
+
+METHOD_NAMES = ("sft", "dpo", "rm", "prm", "qrm", "reinforce")
+
+
+def _options(pairs: list[str]) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--option {pair!r} is not KEY=VALUE")
+        options[key.strip()] = value.strip()
+    return options
+
+
+@app.command("train")
+def train_cmd(
+    ctx: typer.Context,
+    method: Annotated[str, typer.Argument(help=f"Training method: {', '.join(METHOD_NAMES)}.")],
+    data: Annotated[Path, typer.Option("--data", help="An export: .jsonl, .parquet or a datasets folder.")],
+    model: Annotated[
+        str | None, typer.Option("--model", help="Base model: the embedded default, a folder or checkpoint:ID.")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Working folder; rerunning with it resumes (default under home).")
+    ] = None,
+    lora: Annotated[bool, typer.Option("--lora", help="Train LoRA adapters (merged into the saved weights).")] = False,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Optimiser steps.")] = 10,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Rows per step.")] = 2,
+    max_length: Annotated[int, typer.Option("--max-length", min=16, help="Tokens per sequence at most.")] = 256,
+    lr: Annotated[float | None, typer.Option("--lr", help="Learning rate (a per-method default otherwise).")] = None,
+    loss: Annotated[str | None, typer.Option("--loss", help="dpo: sigmoid, ipo, epa, ns_dpo; rm: bt, bce.")] = None,
+    beta: Annotated[float | None, typer.Option("--beta", help="Preference temperature (dpo 0.1, qrm 0.2).")] = None,
+    label_smoothing: Annotated[
+        float | None, typer.Option("--label-smoothing", help="sft: smoothed CE factor; dpo: cDPO flip rate.")
+    ] = None,
+    save_every: Annotated[int, typer.Option("--save-every", min=1, help="Steps between resumable saves.")] = 5,
+    bf16: Annotated[bool, typer.Option("--bf16", help="bf16 autocast (fast on CPUs with avx512_bf16/AMX).")] = False,
+    option: Annotated[
+        list[str] | None, typer.Option("--option", help="Method knob KEY=VALUE (gamma, l2, qrm, engine, ...).")
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed for shuffling, sampling and head init.")] = 0,
+    as_json: JsonFlag = False,
+) -> None:
+    """Train a model on an exported dataset and register the checkpoint in the store."""
+    from veriloop.training import METHODS, default_out, train
+    from veriloop.training.common import TrainSpec, stderr_progress
+
+    if method not in METHODS:
+        raise ConfigError(f"unknown training method {method!r}; choose one of: {', '.join(METHODS)}")
+    options = _options(option or [])
+    for key, value in (("loss", loss), ("beta", beta), ("label_smoothing", label_smoothing)):
+        if value is not None:
+            options[key] = value
+    settings = state(ctx).settings()
+    spec = TrainSpec(
+        method=method,
+        data=data,
+        out=out or Path(),
+        model=model,
+        lora=lora,
+        steps=steps,
+        batch_size=batch_size,
+        learning_rate=lr,
+        max_length=max_length,
+        seed=seed,
+        save_every=save_every,
+        bf16=bf16,
+        options=options,
+    )
+    if out is None:
+        if not data.exists():
+            raise ConfigError(f"dataset {data} does not exist")
+        spec.out = default_out(settings, spec)
+    from veriloop.llm.embedded import set_torch_threads
+
+    set_torch_threads(settings.llm.torch_threads)
+    result = train(spec, settings, stderr_progress)
+    report = dataclasses.asdict(result)
+    report["serve"] = f"checkpoint:{result.model_id}" if result.model_id else None
+
+    def render(_: object) -> None:
+        typer.echo(f"trained {method} for {result.steps} steps; weights in {result.path}")
+        for key in ("loss_first", "loss_last", "heldout_accuracy", "reward_accuracy_last"):
+            if key in result.metrics and result.metrics[key] is not None:
+                typer.echo(f"  {key}: {result.metrics[key]:.4g}")
+        if result.model_id:
+            typer.echo(f"registered: checkpoint:{result.model_id}")
+
+    emit(report, as_json, render)
