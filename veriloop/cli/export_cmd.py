@@ -50,12 +50,21 @@ def export_cmd(
     ] = None,
     max_pairs: Annotated[int, typer.Option("--max-pairs", min=1, help="Sibling pairs per prompt at most.")] = 32,
     no_dedupe: Annotated[bool, typer.Option("--no-dedupe", help="Keep rows with the same content.")] = False,
+    reward_augment: Annotated[
+        bool, typer.Option("--reward-augment", help="preference: add score-conditioned copies (RA-DPO).")
+    ] = False,
+    goal_in_user: Annotated[
+        bool, typer.Option("--goal-in-user", help="RA-DPO: put the goal in the user turn, not a system message.")
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Export SFT, preference, verifier (unpaired), PRM (stepwise) or whole-tree datasets from stored runs."""
     from veriloop.store import TrajectoryStore
     from veriloop.store.exports import EXPORT_FORMATS, ExportFilter, ExportOptions, export
+    from veriloop.training.data import reward_augment as augment
 
+    if reward_augment and kind != "preference":
+        raise ConfigError("--reward-augment applies to preference exports only")
     if kind not in KINDS:
         raise ConfigError(f"unknown export kind {kind!r}; choose one of: {', '.join(KINDS)}")
     if fmt not in EXPORT_FORMATS:
@@ -75,6 +84,7 @@ def export_cmd(
         max_pairs_per_group=max_pairs,
         dedupe=not no_dedupe,
         filters=filters,
+        transform=(lambda rows: augment(rows, system=not goal_in_user)) if reward_augment else None,
     )
     settings = state(ctx).settings()
     with TrajectoryStore.from_settings(settings) as store:

@@ -23,7 +23,7 @@ import hashlib
 import importlib
 import json
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import product
@@ -75,6 +75,8 @@ class ExportOptions:
     seed: int = 0
     dedupe: bool = True
     filters: ExportFilter = field(default_factory=ExportFilter)
+    transform: Callable[[list[Row]], list[Row]] | None = None
+    """Applied to the rows after dedupe (e.g. reward augmentation of preference pairs)."""
 
 
 # --------------------------------------------------------------------------- outcomes and text
@@ -379,7 +381,8 @@ def build_rows(store: TrajectoryStore, kind: str, run_ids: Sequence[str], option
         rows = prm_rows(runs)
     else:
         rows = tree_rows(runs)
-    return dedupe(rows, kind) if options.dedupe else rows
+    rows = dedupe(rows, kind) if options.dedupe else rows
+    return options.transform(rows) if options.transform is not None else rows
 
 
 # --------------------------------------------------------------------------- writing
