@@ -119,4 +119,6 @@ def _reply(stream: Any, payload: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stderr.flush()
+    os._exit(code)  # the JVM's threads would keep a plain exit waiting once the parent has gone

@@ -130,7 +130,8 @@ def _body_open(text: str, start: int) -> int | None:
                 index = _match_close(text, index, "{", "}") + 1
                 continue
             before = text[start:index].rstrip()
-            if not before or (before[-1] not in "=<>+-*,(|&!:" and not re.search(r"\b(in|then|else)$", before)):
+            operand_next = before[-1:] in set("=<>+-*,(|&!:") and not re.search(r"\bdecreases\s*\*$", before)
+            if not before or (not operand_next and not re.search(r"\b(in|then|else)$", before)):
                 return index
             index = _match_close(text, index, "{", "}") + 1
             continue

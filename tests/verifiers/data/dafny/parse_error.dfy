@@ -1,0 +1,5 @@
+method Abs(x: int) returns (y: int)
+  ensures y >= 0
+{
+  y := x +;
+}

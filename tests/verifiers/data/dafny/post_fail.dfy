@@ -1,0 +1,5 @@
+method Double(x: int) returns (y: int)
+  ensures y == 2 * x
+{
+  y := x + 1;
+}

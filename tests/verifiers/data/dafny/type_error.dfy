@@ -1,0 +1,4 @@
+method Flag(x: int) returns (b: bool)
+{
+  b := x + 1;
+}
