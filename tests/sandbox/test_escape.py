@@ -6,6 +6,7 @@ time, output, file size and address space, the kill of every descendant, a clean
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 import time
@@ -257,3 +258,65 @@ async def test_job_runs_unprivileged(sandbox: object) -> None:
     assert result.status is ExecStatus.PASSED, result  # type: ignore[attr-defined]
     assert result.stdout.split()[:2] == ["65534", "65534"]  # type: ignore[attr-defined]
     assert "'0000000000000000'" in result.stdout and "['1']" in result.stdout  # type: ignore[attr-defined]
+
+
+SHM_WRITE = """
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+ident = libc.shmget({key}, 4096, 0o1666)
+if ident < 0:
+    sys.exit(0)
+address = libc.shmat(ident, None, 0)
+ctypes.memmove(address, b"{token}", {size})
+libc.shmdt(ctypes.c_void_p(address))
+print("left", ident)
+"""
+SHM_READ = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+ident = libc.shmget({key}, 4096, 0o666)
+print(ctypes.string_at(libc.shmat(ident, None, 0), {size}) if ident >= 0 else "none")
+"""
+
+
+@pytest.mark.parametrize("sandbox", ISOLATED, indirect=True)
+async def test_system_v_shared_memory_does_not_reach_the_next_job(sandbox: object) -> None:
+    """SysV IPC objects outlive their processes: a warm worker must not hand one job's to the next."""
+    key, token = random.randrange(1 << 20, 1 << 30), f"shm-{random.getrandbits(40):x}"
+    first, _ = await run(sandbox, job(sandbox, SHM_WRITE.format(key=key, token=token, size=len(token))))
+    assert first.status is ExecStatus.PASSED, first  # type: ignore[attr-defined]
+    second, _ = await run(sandbox, job(sandbox, SHM_READ.format(key=key, size=len(token))))
+    assert second.status is ExecStatus.PASSED, second  # type: ignore[attr-defined]
+    assert token not in second.stdout and "none" in second.stdout  # type: ignore[attr-defined]
+
+
+KEY_ADD = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+# add_key("user", description, payload, size, KEY_SPEC_USER_KEYRING): the keyring of the uid, not of the process
+print(libc.syscall(248, b"user", b"{name}", b"{token}", {size}, -4), ctypes.get_errno())
+"""
+KEY_READ = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+found = libc.syscall(250, 10, -4, b"user", b"{name}", 0)  # KEYCTL_SEARCH in the user keyring
+buffer = ctypes.create_string_buffer(64)
+size = libc.syscall(250, 11, found, buffer, 64) if found > 0 else -1  # KEYCTL_READ
+print(buffer.raw[: max(size, 0)])
+"""
+
+
+@pytest.mark.parametrize("sandbox", ISOLATED, indirect=True)
+async def test_kernel_keyring_does_not_reach_the_next_job(sandbox: object) -> None:
+    """The keyring is not namespaced: every job runs as uid 65534, so a key one job adds would wait for the next."""
+    if os.uname().machine != "x86_64":
+        pytest.skip("the test's syscall numbers are x86_64's")
+    name, token = f"veriloop-{random.getrandbits(40):x}", f"key-{random.getrandbits(40):x}"
+    first, _ = await run(sandbox, job(sandbox, KEY_ADD.format(name=name, token=token, size=len(token))))
+    assert first.status is ExecStatus.PASSED, first  # type: ignore[attr-defined]
+    assert first.stdout.split()[0] == "-1", first  # type: ignore[attr-defined]
+    second, _ = await run(sandbox, job(sandbox, KEY_READ.format(name=name)))
+    assert second.status is ExecStatus.PASSED, second  # type: ignore[attr-defined]
+    assert token not in second.stdout  # type: ignore[attr-defined]

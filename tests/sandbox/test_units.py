@@ -161,3 +161,55 @@ def test_cli_exec_tests_and_refusal(tmp_path: Path) -> None:
     refused = CliRunner().invoke(app, ["exec", str(program), "--lang", "python", "--sandbox", "process"])
     assert refused.exit_code != 0
     assert isinstance(refused.exception, SandboxError)
+
+
+def _run_bpf(program: bytes, arch: int, number: int) -> int:
+    """Evaluate the runner's classic-BPF filter (only the instructions it uses) on one syscall."""
+    import struct
+
+    data = {0: number, 4: arch}
+    pc, accumulator = 0, 0
+    while True:
+        code, jt, jf, k = struct.unpack_from("=HBBI", program, pc * 8)
+        pc += 1
+        if code == 0x20:  # load word at offset k of seccomp_data
+            accumulator = data[k]
+        elif code == 0x15:  # jump if equal
+            pc += jt if accumulator == k else jf
+        elif code == 0x06:  # return
+            return k
+        else:
+            raise AssertionError(f"unexpected instruction {code:#x}")
+
+
+def test_keyring_filter_denies_exactly_the_keyring_syscalls() -> None:
+    from veriloop.sandbox.runner import seccomp_program
+
+    program = seccomp_program("x86_64")
+    assert program is not None and len(program) % 8 == 0
+    allow, deny = 0x7FFF0000, 0x00050001
+    x86_64, i386 = 0xC000003E, 0x40000003
+    for number in (248, 249, 250, 0x40000000 | 250):  # add_key, request_key, keyctl, and keyctl through x32
+        assert _run_bpf(program, x86_64, number) == deny
+    for number in (0, 1, 57, 59, 231, 251, 247):  # read, write, fork, execve, exit_group, neighbours
+        assert _run_bpf(program, x86_64, number) == allow
+    assert _run_bpf(program, i386, 288) == deny and _run_bpf(program, i386, 3) == allow
+    assert _run_bpf(program, 0xC00000B7, 219) == allow  # another architecture's numbers are not x86_64's
+    arm64 = seccomp_program("aarch64")
+    assert arm64 is not None and _run_bpf(arm64, 0xC00000B7, 219) == deny
+    assert seccomp_program("sparc64") is None
+
+
+def test_python_results_are_json_lines_and_a_torn_line_is_ignored() -> None:
+    from veriloop.records import ExecResult
+    from veriloop.sandbox.checks import judge
+    from veriloop.sandbox.job import Checks
+
+    job = Job(steps=[{"argv": ["x"]}], checks=Checks(kind="python_asserts", expected_tests=2))  # type: ignore[list-item]
+    lines = '{"name": "t1", "passed": true, "message": ""}\n{"name": "t2", "passed": false, "message": "no"}\n'
+    finished = ExecResult(status=ExecStatus.PASSED)
+    judge(job, [step(exit_code=1)], lines + '{"complete": true}\n', finished)
+    assert finished.status is ExecStatus.FAILED and [t.passed for t in finished.tests] == [True, False]
+    cut = ExecResult(status=ExecStatus.PASSED)
+    judge(job, [step(exit_code=None, signal=9)], lines + '{"comple', cut)  # died while writing: incomplete
+    assert cut.status is ExecStatus.RUNTIME_ERROR and [t.passed for t in cut.tests] == [True, False]

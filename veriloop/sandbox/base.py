@@ -18,6 +18,7 @@ from veriloop.registry import Registry
 from veriloop.sandbox.job import Job, Limits
 
 RUNNER = Path(__file__).with_name("runner.py")
+HARNESS = Path(__file__).with_name("harness_py.py")
 SIGXCPU = 24
 SIGXFSZ = 25
 SIGKILL = 9
@@ -131,23 +132,59 @@ def _rust_sysroot(rustc: str) -> str | None:
 # --------------------------------------------------------------------------- runner spec and results
 
 
+def runner_argv(python: str, directory: str, *args: str) -> list[str]:
+    """Start the runner by importing it, so its cached bytecode is used (a script is compiled at every start).
+
+    No `site` (its .pth files cost more than a short job) and no bytecode writing (jobs must not leave files).
+    """
+    code = f"import sys; sys.path[0] = {directory!r}; import runner; runner.main(['runner', *sys.argv[1:]])"
+    return [python, "-S", "-B", "-c", code, *args]
+
+
+@cache
+def cache_runner_bytecode() -> None:
+    """Write runner.py's and the harness's cached bytecode when missing or stale (best effort: it may be read-only)."""
+    import importlib.util
+    import py_compile
+
+    for source in (RUNNER, HARNESS):
+        cached = Path(importlib.util.cache_from_source(str(source)))
+        try:
+            info = source.stat()
+            header = cached.read_bytes()[:16] if cached.exists() else b""
+            fresh = (
+                len(header) == 16
+                and header[:4] == importlib.util.MAGIC_NUMBER
+                and int.from_bytes(header[4:8], "little") == 0
+                and int.from_bytes(header[8:12], "little") == int(info.st_mtime) & 0xFFFFFFFF
+                and int.from_bytes(header[12:16], "little") == info.st_size & 0xFFFFFFFF
+            )
+            if not fresh:
+                py_compile.compile(
+                    str(source), cfile=str(cached), doraise=True,
+                    invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP,
+                )  # fmt: skip
+        except (OSError, py_compile.PyCompileError):
+            continue
+
+
 def runner_spec(
     job: Job,
     *,
     work_dir: str,
-    input_dir: str | None,
     mount: bool,
     uid: int | None,
     kill: str,
     address_space: int | None = None,
     cleanup: list[str] | None = None,
+    cleanup_ipc: bool = False,
     oom_protect: bool = False,
 ) -> dict[str, Any]:
-    """The JSON the in-sandbox runner reads (see runner.py)."""
+    """The JSON the in-sandbox runner reads (see runner.py); the job's files travel inside it."""
     limits = job.limits
     return {
         "work_dir": work_dir,
-        "input_dir": input_dir,
+        "files": job.files,
         "mount": mount,
         "disk_bytes": limits.disk_mb << 20,
         "uid": uid,
@@ -178,6 +215,7 @@ def runner_spec(
         "results_file": job.results_file,
         "results_max_bytes": max(limits.output_bytes, 1 << 20),
         "cleanup": cleanup or [],
+        "cleanup_ipc": cleanup_ipc,
     }
 
 

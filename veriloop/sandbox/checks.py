@@ -54,18 +54,13 @@ def _judge_stdio(job: Job, steps: list[dict[str, Any]], result: ExecResult) -> N
 
 def _judge_python(job: Job, step: dict[str, Any], results: str | None, result: ExecResult) -> None:
     assert job.checks is not None
-    report: dict[str, Any] = {}
-    if results:
-        try:
-            loaded = json.loads(results)
-            report = loaded if isinstance(loaded, dict) else {}
-        except ValueError:
-            report = {}
-    for item in report.get("tests", []) if isinstance(report.get("tests"), list) else []:
-        if isinstance(item, dict):
+    complete = False
+    for item in _json_lines(results or ""):
+        if "name" in item:
             name, message = str(item.get("name", "?")), str(item.get("message", ""))
             result.tests.append(TestOutcome(name=name, passed=item.get("passed") is True, message=message))
-    complete = report.get("complete") is True
+        elif item.get("complete") is True:
+            complete = True
     if not complete:
         # The solution crashed before or between tests (its traceback is in stderr), or exited early.
         if step["exit_code"] != 0:
@@ -82,6 +77,19 @@ def _judge_python(job: Job, step: dict[str, Any], results: str | None, result: E
         result.status = ExecStatus.PASSED
     else:
         result.status = ExecStatus.FAILED
+
+
+def _json_lines(text: str) -> list[dict[str, Any]]:
+    """The harness's results file: one JSON object per line (a torn last line is ignored)."""
+    records = []
+    for line in text.splitlines():
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            records.append(value)
+    return records
 
 
 def _judge_harness(step: dict[str, Any], result: ExecResult) -> None:

@@ -3,8 +3,9 @@
 Containers run with network_mode=none, a read-only root, tmpfs /work and /tmp, pids and memory limits, every
 capability dropped, no-new-privileges and user 65534. Creating a container costs 7 to 15 s on the vfs storage
 driver, so containers are kept warm and reused: each job gets a fresh folder under /work, and afterwards every
-process of the job is killed and /work, /tmp and /dev/shm are emptied. Job files arrive through a read-only
-bind of a host folder (/in); the runner (runner.py, bound read-only at /opt/veriloop) copies them in.
+process of the job is killed, /work, /tmp, /dev/shm and /dev/mqueue are emptied and the job's System V IPC objects
+removed. The job's JSON (its files inside) arrives through a read-only bind of a host folder (/in); the runner
+(runner.py, bound read-only at /opt/veriloop) writes the files into the job's folder.
 
 The job and the runner share uid 65534 here, so a job can kill its runner; that is reported as the program's
 runtime error, and the container is cleaned the same way afterwards.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import importlib
 import itertools
 import json
 import os
@@ -29,7 +31,17 @@ from typing import Any
 from veriloop.config import Settings
 from veriloop.errors import SandboxError
 from veriloop.records import ExecResult, ExecStatus
-from veriloop.sandbox.base import RUNNER, TOOLS, Toolchain, assemble, infra_error, parse_runner_output, runner_spec
+from veriloop.sandbox.base import (
+    RUNNER,
+    TOOLS,
+    Toolchain,
+    assemble,
+    cache_runner_bytecode,
+    infra_error,
+    parse_runner_output,
+    runner_argv,
+    runner_spec,
+)
 from veriloop.sandbox.cgroups import JobCgroup
 from veriloop.sandbox.job import JOB_UID, Job
 
@@ -39,7 +51,7 @@ RUNNER_DIR = "/opt/veriloop"
 RUNNER_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "TZ": "UTC", "PYTHONHASHSEED": "0"}
 PIDS_OVERHEAD = 4
 ANSWER_SLACK_S = 15.0
-CLEAN = ["/work/*", "/tmp/*", "/dev/shm/*"]
+CLEAN = ["/work/*", "/tmp/*", "/dev/shm/*", "/dev/mqueue/*"]
 # pid 1 of each container: reaps orphans; it has no handler for anything a job could use to stop it.
 REAPER = """
 import os, signal
@@ -67,7 +79,9 @@ PROBE = (
 
 def _client(url: str | None) -> Any:
     try:
-        import docker  # type: ignore[import-untyped]
+        # By name, so that type checkers run from the repository root do not take its docker/ folder (Dockerfiles)
+        # for the package; the SDK is untyped anyway.
+        docker: Any = importlib.import_module("docker")
     except ImportError:
         raise SandboxError("the docker backend needs the `docker` Python package (pip install docker)") from None
     try:
@@ -105,6 +119,7 @@ class DockerSandbox:
         self._busy = 0
         self._lock = threading.Lock()
         self._closed = False
+        cache_runner_bytecode()
         _live.add(self)
 
     @classmethod
@@ -272,28 +287,19 @@ class WarmContainer:
 
     def execute(self, job: Job, job_id: str) -> tuple[tuple[dict[str, Any], int] | ExecResult | str, bool]:
         """Run one job: (runner result and OOM kills | a finished result | an infra error message, healthy)."""
-        job_dir = self.input_dir / job_id
         spec_file = self.input_dir / f"{job_id}.json"
         started = time.monotonic()
         try:
-            job_dir.mkdir(mode=0o700)
-            for name, content in job.files.items():
-                path = job_dir / name
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(content)
-            for root, dirs, files in os.walk(job_dir):
-                for entry in [*dirs, *files]:
-                    os.lchown(Path(root) / entry, JOB_UID, JOB_UID)
-            os.chown(job_dir, JOB_UID, JOB_UID)
             spec = runner_spec(
-                job, work_dir=f"/work/{job_id}", input_dir=f"/in/{job_id}", mount=False, uid=None, kill="all",
-                cleanup=CLEAN,
+                job, work_dir=f"/work/{job_id}", mount=False, uid=None, kill="all", cleanup=CLEAN, cleanup_ipc=True
             )  # fmt: skip
-            spec_file.write_text(json.dumps(spec))
-            os.chown(spec_file, JOB_UID, JOB_UID)
+            fd = os.open(spec_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                os.fchown(fd, JOB_UID, JOB_UID)
+                json.dump(spec, handle)
             self._set_memory(job.limits.memory_mb)
             oom_before = self.memory.oom_kills() if self.memory else 0
-            argv = ["python3", "-S", "-B", f"{RUNNER_DIR}/{RUNNER.name}", "once", "--spec", f"/in/{job_id}.json"]
+            argv = runner_argv("python3", RUNNER_DIR, "once", "--spec", f"/in/{job_id}.json")
             outcome: dict[str, Any] = {}
             thread = threading.Thread(target=self._exec, args=(argv, outcome), daemon=True)
             thread.start()
@@ -321,7 +327,6 @@ class WarmContainer:
         except Exception as exc:
             return f"docker backend error: {exc}", False
         finally:
-            shutil.rmtree(job_dir, ignore_errors=True)
             spec_file.unlink(missing_ok=True)
 
     def _exec(self, argv: list[str], outcome: dict[str, Any]) -> None:
@@ -337,9 +342,7 @@ class WarmContainer:
     def clean(self) -> None:
         """Kill every job process and empty the writable folders (after a runner that did not finish)."""
         with contextlib.suppress(Exception):
-            self.container.exec_run(
-                ["python3", "-S", "-B", f"{RUNNER_DIR}/{RUNNER.name}", "clean", *CLEAN], user=f"{JOB_UID}:{JOB_UID}"
-            )
+            self.container.exec_run(runner_argv("python3", RUNNER_DIR, "clean", *CLEAN), user=f"{JOB_UID}:{JOB_UID}")
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -2,7 +2,8 @@
 
 Standard library only (it runs inside the sandbox). HumanEval style (`def check(candidate): assert ...` plus an
 entry point) and MBPP style (top-level asserts) both work: every `assert` statement is one test, other
-statements are set-up run in order. Results go to RESULTS after each test, so a later timeout keeps them.
+statements are set-up run in order. Each test's outcome is appended to RESULTS as one JSON line as soon as it is
+known (one write, no rewrite of the file), so a later timeout keeps them; a last `{"complete": true}` line ends it.
 """
 
 from __future__ import annotations
@@ -70,9 +71,19 @@ def _status(word: str) -> None:
         os.write(3, f"{word}\n".encode())
 
 
-def _save(outcomes: list[dict[str, Any]], complete: bool) -> None:
-    with open(RESULTS, "w") as handle:
-        json.dump({"complete": complete, "tests": outcomes}, handle)
+class Results:
+    """The results file, opened once and appended to line by line."""
+
+    def __init__(self) -> None:
+        self.fd = os.open(RESULTS, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o644)
+
+    def add(self, record: dict[str, Any]) -> None:
+        data = (json.dumps(record) + "\n").encode()
+        try:
+            os.write(self.fd, data)
+        except OSError:  # the solution closed or replaced the descriptor: reopen and go on
+            self.fd = os.open(RESULTS, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+            os.write(self.fd, data)
 
 
 def main(argv: list[str]) -> int:
@@ -88,7 +99,7 @@ def main(argv: list[str]) -> int:
         _status("syntax_error")
         return 1
     namespace: dict[str, Any] = {"__name__": "__solution__", "__builtins__": __builtins__}
-    _save([], False)
+    results = Results()
     exec(compiled, namespace)  # an exception here is the program's runtime error
     setup, body, parameter, entry = plan(tests, entry_point)
     lines = tests.splitlines()
@@ -115,8 +126,8 @@ def main(argv: list[str]) -> int:
         except Exception as exc:  # a crashing test is a failed test, with its traceback
             trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
             outcomes.append({"name": name, "passed": False, "message": f"{source}\n{trace}"})
-        _save(outcomes, False)
-    _save(outcomes, True)
+        results.add(outcomes[-1])
+    results.add({"complete": True})
     failed = [outcome for outcome in outcomes if not outcome["passed"]]
     for outcome in failed:
         sys.stderr.write(f"FAILED {outcome['name']}: {outcome['message']}\n")

@@ -14,7 +14,6 @@ contained), privacy from other processes (as root it can read their environments
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 import shutil
 import signal
@@ -30,10 +29,12 @@ from veriloop.sandbox.base import (
     RUNNER,
     Toolchain,
     assemble,
+    cache_runner_bytecode,
     frame,
     host_toolchain,
     infra_error,
     parse_runner_output,
+    runner_argv,
     runner_spec,
 )
 from veriloop.sandbox.job import Job
@@ -59,7 +60,7 @@ class ProcessSandbox:
             raise SandboxError(REFUSAL)
         self.root = work_root or Path(tempfile.gettempdir())
         self._toolchain = host_toolchain()
-        self._ids = itertools.count()
+        cache_runner_bytecode()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ProcessSandbox:
@@ -72,20 +73,15 @@ class ProcessSandbox:
     async def run(self, job: Job) -> ExecResult:
         work = Path(tempfile.mkdtemp(prefix="veriloop-job-", dir=self.root))
         try:
-            for name, content in job.files.items():
-                path = work / name
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(content)
             memory = None if job.language in NO_ADDRESS_LIMIT else job.limits.memory_mb << 20
             spec = runner_spec(
-                job, work_dir=str(work), input_dir=None, mount=False, uid=None, kill="descendants",
-                address_space=memory,
+                job, work_dir=str(work), mount=False, uid=None, kill="descendants", address_space=memory
             )  # fmt: skip
             python = self._toolchain.path("python")
             assert python is not None
             started = time.monotonic()
             proc = subprocess.Popen(
-                [python, "-S", "-B", str(RUNNER), "once"],
+                runner_argv(python, str(RUNNER.parent), "once"),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
