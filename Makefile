@@ -10,9 +10,11 @@ export VERILOOP_PATHS__DATA_DIR ?= $(abspath ../shared/data)
 setup:
 	@scripts/setup-python.sh
 
+# Test services: sandbox tools and dockerd, the verifiers (Dafny, Nagini's own venv), PostgreSQL.
 services:
-	@scripts/setup-sandbox.sh
-	@scripts/start-postgres.sh > .postgres-url
+	@bash scripts/setup-sandbox.sh
+	@bash scripts/setup-verifiers.sh
+	@bash scripts/start-postgres.sh > .postgres-url
 
 demo: setup
 	$(BIN)/veriloop demo
