@@ -192,6 +192,8 @@ class VerifyResult(Record):
     duration_s: float = 0.0
     cache_hit: bool = False
     reason: str | None = None
+    cpu_s: float | None = Field(None, description="CPU seconds of the tool run, where the kernel reported them.")
+    max_rss_mb: float | None = Field(None, description="Peak memory of the tool run, where reported.")
 
 
 # --------------------------------------------------------------------------- trajectories

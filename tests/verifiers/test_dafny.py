@@ -70,6 +70,7 @@ async def test_fixture_verdicts(name: str, dafny: DafnyVerifier) -> None:
         assert result.reason and detail in result.reason
     elif status is V:
         assert result.errors == 0 and result.verified >= 1 and result.score == 1.0
+        assert result.cpu_s is not None and result.max_rss_mb is not None and result.max_rss_mb > 1
     else:
         assert detail in {d.kind for d in result.diagnostics if d.severity == "error"}
         assert all(d.line is not None for d in result.diagnostics if d.kind != "timeout" or d.line)

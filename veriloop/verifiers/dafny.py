@@ -204,6 +204,8 @@ class DafnyVerifier:
             version=version,
             duration_s=run.wall_s,
             reason=reason,
+            cpu_s=run.cpu_s,
+            max_rss_mb=run.max_rss_mb,
         )
 
     async def aclose(self) -> None:

@@ -77,6 +77,7 @@ class WorkerError(Exception):
 class Reply:
     payload: dict[str, Any]
     seconds: float
+    rss_mb: float | None = None
 
 
 class NaginiWorker:
@@ -155,9 +156,10 @@ class NaginiWorker:
                 raise WorkerError("the Nagini worker exited") from None
             payload = self._read(timeout_s)
             seconds = time.perf_counter() - started
-            if self._rss_mb() > self.memory_mb:
+            rss = self._rss_mb()
+            if rss > self.memory_mb:
                 self._stop()
-            return Reply(payload, seconds)
+            return Reply(payload, seconds, rss or None)
 
     def _rss_mb(self) -> float:
         if self._process is None:
@@ -300,7 +302,8 @@ class NaginiVerifier:
                         diagnostics=[Diagnostic(kind="timeout", message="verification timed out")],
                     )  # fmt: skip
                 return infra_error(self.name, version, str(exc), seconds)
-        return result_from_reply(code, reply.payload, version, reply.seconds)
+        result = result_from_reply(code, reply.payload, version, reply.seconds)
+        return result.model_copy(update={"max_rss_mb": reply.rss_mb})
 
     async def aclose(self) -> None:
         return None  # the worker is shared by the process; close_workers() ends it

@@ -250,7 +250,8 @@ class VerusVerifier:
         if run.returncode is None and not run.timed_out:
             return infra_error(self.name, version, run.stderr, run.wall_s)
         result = judge(run.returncode, run.timed_out, run.stdout, run.stderr)
-        return result.model_copy(update={"version": version, "duration_s": run.wall_s})
+        usage = {"cpu_s": run.cpu_s, "max_rss_mb": run.max_rss_mb}
+        return result.model_copy(update={"version": version, "duration_s": run.wall_s, **usage})
 
     async def aclose(self) -> None:
         return None
