@@ -28,7 +28,7 @@ def test_exec_results_map_onto_verdicts() -> None:
 
 
 async def test_real_sandbox_runs_the_tests(tmp_path: Path) -> None:
-    verifier = get_verifier(load_settings(paths={"home": tmp_path}), "tests")
+    verifier = get_verifier(load_settings(paths={"home": tmp_path}, sandbox={"timeout_s": 2}), "tests")
     try:
         good = await verifier.verify(Candidate(task_id="add", code="def add(a, b):\n    return a + b\n"), TASK)
         bad = await verifier.verify(Candidate(task_id="add", code="def add(a, b):\n    return a - b\n"), TASK)
