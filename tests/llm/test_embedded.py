@@ -23,6 +23,10 @@ from veriloop.llm.embedded import (
 )
 
 
+def lazy_resolver(ident: str, settings: Settings) -> Path:
+    return settings.paths.home / f"lazy-{ident}"
+
+
 def settings_at(home: Path, **llm: object) -> Settings:
     return load_settings(paths={"home": home}, llm=llm)
 
@@ -47,6 +51,10 @@ def test_a_model_folder_resolves_to_itself(tmp_path: Path) -> None:
 
 
 def test_checkpoint_specs_go_to_a_registered_resolver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The default table names the store's resolver by path, so this layer never imports upward.
+    assert embedded.MODEL_RESOLVERS["checkpoint"] == "veriloop.training.checkpoints:resolve_checkpoint" or callable(
+        embedded.MODEL_RESOLVERS["checkpoint"]
+    )
     monkeypatch.setattr(embedded, "MODEL_RESOLVERS", {})
     with pytest.raises(BackendError, match="no resolver"):
         resolve_model("checkpoint:abc", settings_at(tmp_path))
@@ -59,6 +67,11 @@ def test_checkpoint_specs_go_to_a_registered_resolver(tmp_path: Path, monkeypatc
     register_model_resolver("checkpoint", resolver)
     assert resolve_model("checkpoint:abc", settings_at(tmp_path)) == tmp_path / "abc"
     assert seen == ["abc"]
+    register_model_resolver("lazy", f"{__name__}:lazy_resolver")  # a "module:attribute" path, imported on use
+    assert resolve_model("lazy:x", settings_at(tmp_path)) == tmp_path / "lazy-x"
+    register_model_resolver("broken", "veriloop.nowhere:resolve")
+    with pytest.raises(BackendError, match="cannot be loaded"):
+        resolve_model("broken:x", settings_at(tmp_path))
 
 
 def test_the_default_lives_under_the_cache_dir(tmp_path: Path) -> None:

@@ -43,12 +43,28 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 ModelResolver = Callable[[str, Settings], Path]
 """Maps the ID part of a `scheme:ID` model spec to a Hugging Face model folder."""
 
-MODEL_RESOLVERS: dict[str, ModelResolver] = {}
+MODEL_RESOLVERS: dict[str, ModelResolver | str] = {
+    "checkpoint": "veriloop.training.checkpoints:resolve_checkpoint",
+}
+"""Resolvers by scheme: a function, or a "module:attribute" path imported on first use (like the
+registries), so this layer names the store's checkpoint resolver without importing upward."""
 
 
-def register_model_resolver(scheme: str, resolver: ModelResolver) -> None:
+def register_model_resolver(scheme: str, resolver: ModelResolver | str) -> None:
     """Let a higher layer (e.g. the store's model registry for `checkpoint:ID`) resolve `scheme:ID` specs."""
     MODEL_RESOLVERS[scheme] = resolver
+
+
+def _resolver(scheme: str) -> ModelResolver | None:
+    target = MODEL_RESOLVERS.get(scheme)
+    if isinstance(target, str):
+        module_name, _, attribute = target.partition(":")
+        try:
+            target = getattr(importlib.import_module(module_name), attribute)
+        except (ImportError, AttributeError) as exc:
+            raise BackendError(f"the resolver for {scheme}: models ({target}) cannot be loaded: {exc}") from None
+        MODEL_RESOLVERS[scheme] = target
+    return target
 
 
 def _one_line(text: object) -> str:
@@ -132,10 +148,9 @@ def resolve_model(spec: str, settings: Settings) -> Path:
     if spec == DEFAULT_MODEL:
         return ensure_default_model(settings)
     scheme, sep, rest = spec.partition(":")
-    if sep and scheme == "checkpoint" and scheme not in MODEL_RESOLVERS:
-        import veriloop.training.checkpoints  # noqa: F401  (registers the store's checkpoint resolver)
-    if sep and scheme in MODEL_RESOLVERS:
-        return MODEL_RESOLVERS[scheme](rest, settings)
+    resolver = _resolver(scheme) if sep else None
+    if resolver is not None:
+        return resolver(rest, settings)
     if sep and scheme == "checkpoint":
         raise BackendError(f"model {spec!r}: no resolver for checkpoint models is registered in this process")
     folder = Path(spec).expanduser()
