@@ -51,6 +51,23 @@ def test_tests_verifier_from_the_cli(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert code == 0 and json.loads(out)["status"] == "verified"
 
 
+def test_stored_task_supplies_spec_and_tests(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from veriloop.config import load_settings
+    from veriloop.records import Task
+    from veriloop.store import TrajectoryStore
+
+    with TrajectoryStore.from_settings(load_settings(paths={"home": tmp_path})) as store:
+        store.upsert_tasks([Task(id="demo/add", suite="demo", prompt="", entry_point="add",
+                                 tests="def check(candidate):\n    assert candidate(2, 3) == 5\n")])  # fmt: skip
+    program = tmp_path / "add.py"
+    program.write_text("def add(a, b):\n    return a * b\n")
+    argv = ["--home", str(tmp_path), "verify", str(program), "--verifier", "tests", "--task", "demo/add", "--json"]
+    code, out, _ = _run(capsys, *argv)
+    assert code == 1 and json.loads(out)["status"] == "failed"
+    code, _, err = _run(capsys, *argv[:-3], "--task", "demo/none")
+    assert code != 0 and err.startswith("error: ") and "demo/none" in err
+
+
 @pytest.mark.slow
 def test_dafny_failure_with_spec_and_cache(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _need_dafny()

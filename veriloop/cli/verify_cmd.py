@@ -42,6 +42,9 @@ def verify_command(
         Path | None, typer.Option("--spec", help="The task's specification: its requires/ensures must be kept.")
     ] = None,
     tests: Annotated[Path | None, typer.Option("--tests", help="Tests for the `tests` verifier.")] = None,
+    task_id: Annotated[
+        str | None, typer.Option("--task", help="A stored task (veriloop's store) whose spec and tests apply.")
+    ] = None,
     entry_point: Annotated[str | None, typer.Option("--entry-point", help="Function the Python tests call.")] = None,
     timeout: Annotated[float | None, typer.Option("--timeout", help="Wall-clock seconds for the verifier.")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the cache.")] = False,
@@ -61,6 +64,11 @@ def verify_command(
         id=file.stem, suite="cli", prompt="", language=language, entry_point=entry_point,
         tests=_read(tests, "tests file") or "", spec=_read(spec, "spec file"),
     )  # fmt: skip
+    if task_id is not None:
+        with TrajectoryStore.from_settings(settings) as tasks:
+            stored = tasks.get_task(task_id)
+        given = {"spec": task.spec, "tests": task.tests or None, "entry_point": entry_point}
+        task = stored.model_copy(update={key: value for key, value in given.items() if value is not None})
     store = None if no_cache or not settings.verifiers.cache else TrajectoryStore.from_settings(settings)
     try:
         verifier = get_verifier(settings, verifier_name, store=store, guard=not no_guard)
