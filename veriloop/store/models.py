@@ -211,7 +211,7 @@ class ModelRow(Base):
 
 
 class VerificationCacheRow(Base):
-    """A verifier's result keyed by a hash of (verifier, tool version, options, candidate, spec); shared by processes."""
+    """A verifier result keyed by a hash of (verifier, version, options, candidate, spec); shared by processes."""
 
     __tablename__ = "verification_cache"
 
