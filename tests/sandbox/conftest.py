@@ -50,7 +50,10 @@ def docker_sandbox() -> Iterator[object]:
     why = engine_available()
     if why is not None:
         pytest.skip(f"no Docker engine: {why}")
-    sandbox = DockerSandbox(image="veriloop-sandbox:local", warm_workers=1)
+    from veriloop.config import load_settings
+
+    # The settings' image (veriloop-sandbox:local unless VERILOOP_SANDBOX__DOCKER_IMAGE names another).
+    sandbox = DockerSandbox(image=load_settings(None).sandbox.docker_image, warm_workers=1)
     try:
         asyncio.run(sandbox.prepare())
     except Exception as exc:

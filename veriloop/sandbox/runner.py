@@ -4,7 +4,8 @@ Standard library only: it runs under the host interpreter and under the image's 
 
     runner.py once [--spec PATH]   run one job (JSON from PATH, or a header + JSON on stdin), print one result line
     runner.py serve                a warm sandbox: a zygote plus a supervisor, many jobs, one result line each
-    runner.py clean DIR/* ...      kill every process this user may signal, then empty the given folders
+    runner.py clean DIR/* ...      kill every process this user may signal, empty the given folders and remove
+                                   its System V IPC objects (Docker: between jobs in one container)
 
 Header: ``JOB <nbytes>\\n`` followed by that many bytes of JSON (the job's files travel inside it). Result: one JSON
 line. In serve mode a ``READY`` line comes first, and each result also says whether the worker may take another job
