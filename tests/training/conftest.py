@@ -35,3 +35,29 @@ def _one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def base_model(demo_home: Path) -> Path:
+    """The embedded default model as a folder: the user's converted cache when it exists, else converted here."""
+    from veriloop.llm.embedded import default_model_dir, ensure_default_model, is_converted
+
+    cached = default_model_dir(load_settings())
+    if is_converted(cached):
+        return cached
+    return ensure_default_model(load_settings(paths={"home": demo_home}))
+
+
+@pytest.fixture(scope="session")
+def exports(demo_runs: SampleRuns, demo_settings: Settings, demo_home: Path) -> dict[str, Path]:
+    """The demo runs exported once per kind (JSONL) for the trainers."""
+    from veriloop.store import TrajectoryStore
+    from veriloop.store.exports import export
+
+    folder = demo_home / "exports"
+    paths = {}
+    with TrajectoryStore.from_settings(demo_settings) as store:
+        for kind in ("sft", "preference", "verifier", "prm"):
+            paths[kind] = folder / f"{kind}.jsonl"
+            export(store, kind, demo_runs.runs, paths[kind])
+    return paths
