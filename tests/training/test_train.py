@@ -167,7 +167,7 @@ def test_ns_dpo_and_epa_on_the_loop_resume_from_the_last_save(
     assert first.steps == 1 and list((tmp_path / "ns").glob("ref_logps-*.pt"))
     spec.steps = 2
     second = train(spec, demo_settings)
-    assert second.steps == 2 and second.metrics["gamma"] == 0.9
+    assert second.steps == 2 and second.resumed_from == 1 and second.metrics["gamma"] == 0.9
     assert second.metrics["loss_first"] == first.metrics["loss_first"]  # step 1 came from the saved state
     epa = train(TrainSpec(method="dpo", data=exports["preference"], out=tmp_path / "epa", model=str(base_model),
                           lora=True, steps=1, max_length=160, options={"loss": "epa"}), demo_settings)  # fmt: skip

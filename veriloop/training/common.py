@@ -249,6 +249,7 @@ def pad_batch(items: Sequence[Encoded], pad_id: int) -> tuple[torch.Tensor, torc
 class LoopState:
     step: int = 0
     losses: list[float] = field(default_factory=list)
+    resumed_from: int = 0
 
 
 def trainable_state(model: Any) -> dict[str, torch.Tensor]:
@@ -276,7 +277,7 @@ def run_loop(
         saved = torch.load(state_file, weights_only=False)
         model.load_state_dict(saved["weights"], strict=False)
         optimizer.load_state_dict(saved["optimizer"])
-        state = LoopState(step=int(saved["step"]), losses=list(saved["losses"]))
+        state = LoopState(step=int(saved["step"]), losses=list(saved["losses"]), resumed_from=int(saved["step"]))
         log.info("resuming %s from step %d", spec.method, state.step)
     model.train()
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=spec.bf16)

@@ -189,7 +189,14 @@ def train_preference_loop(spec: TrainSpec, settings: Settings, progress: Progres
     if loss_name == "ns_dpo":
         metrics["gamma"] = gamma
     return save_and_register(
-        spec, settings, model, tokenizer, rows_hash=data_hash(rows, "preference"), steps=state.step, metrics=metrics
+        spec,
+        settings,
+        model,
+        tokenizer,
+        rows_hash=data_hash(rows, "preference"),
+        steps=state.step,
+        resumed_from=state.resumed_from,
+        metrics=metrics,
     )
 
 
@@ -283,6 +290,7 @@ def train_reward_model(spec: TrainSpec, settings: Settings, progress: Progress |
         tokenizer,
         rows_hash=data_hash(rows, "preference" if loss_name == "bt" else "verifier"),
         steps=state.step,
+        resumed_from=state.resumed_from,
         metrics=metrics,
         extra_files={"veriloop-head.json": {"kind": "reward", "loss": loss_name}},
     )
@@ -379,6 +387,7 @@ def train_prm(spec: TrainSpec, settings: Settings, progress: Progress | None = N
         tokenizer,
         rows_hash=data_hash(rows, "prm"),
         steps=state.step,
+        resumed_from=state.resumed_from,
         metrics=metrics,
         extra_files={"veriloop-head.json": {"kind": "prm", "separator": STEP_SEPARATOR}},
     )
@@ -433,6 +442,7 @@ def train_qrm(spec: TrainSpec, settings: Settings, progress: Progress | None = N
         tokenizer,
         rows_hash=data_hash(rows, "preference"),
         steps=state.step,
+        resumed_from=state.resumed_from,
         metrics=metrics,
         extra_files={"veriloop-head.json": {"kind": "qrm", "beta": beta, "gamma": gamma}},
     )
@@ -512,5 +522,6 @@ def train_reinforce(spec: TrainSpec, settings: Settings, progress: Progress | No
         tokenizer,
         rows_hash=content_hash([row["prompt"] for row in rows]),
         steps=state.step,
+        resumed_from=state.resumed_from,
         metrics=metrics,
     )
