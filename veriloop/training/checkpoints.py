@@ -1,7 +1,7 @@
 """`checkpoint:ID` model specs: the store's registered checkpoints, served by the embedded backend.
 
-Importing this module registers the resolver; `veriloop.llm.embedded.resolve_model` imports it on the
-first `checkpoint:` spec, so any process that can reach the store can serve a trained model.
+`veriloop.llm.embedded` names `resolve_checkpoint` by its module path and imports it on the first
+`checkpoint:` spec, so any process that can reach the store can serve a trained model.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from pathlib import Path
 
 from veriloop.config import Settings
 from veriloop.errors import BackendError
-from veriloop.llm.embedded import register_model_resolver
 
 
 def resolve_checkpoint(ident: str, settings: Settings) -> Path:
@@ -25,6 +24,3 @@ def resolve_checkpoint(ident: str, settings: Settings) -> Path:
     if not (folder / "config.json").is_file():
         raise BackendError(f"checkpoint {record.id} points at {folder}, which holds no model (config.json missing)")
     return folder
-
-
-register_model_resolver("checkpoint", resolve_checkpoint)
