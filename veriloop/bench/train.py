@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from veriloop.config import Settings
+from veriloop.errors import ConfigError
 
 CONFIGS: dict[str, dict[str, bool]] = {
     "full_live": {"lora": False, "precompute": False},
@@ -163,7 +164,7 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
     chosen = [name.strip() for name in args.configs.split(",") if name.strip()]
     unknown = [name for name in chosen if name not in CONFIGS]
     if unknown:
-        raise SystemExit(f"unknown config(s) {', '.join(unknown)}; choose from {', '.join(CONFIGS)}")
+        raise ConfigError(f"unknown config(s) {', '.join(unknown)}; choose from {', '.join(CONFIGS)}")
     from veriloop.llm.embedded import resolve_model
 
     model = resolve_model(args.model or settings.llm.model, settings)
