@@ -196,3 +196,15 @@ def test_sft_on_trl_with_label_smoothing(
     result = _cli(_train_argv(demo_home, "sft", exports["sft"], base_model, tmp_path / "sft", "--lora", "--steps", "2",
                               "--label-smoothing", "0.1", "--json"), capsys)  # fmt: skip
     assert result["steps"] == 2 and result["metrics"]["label_smoothing"] == 0.1 and result["model_id"]
+
+
+def test_prm_steps_keep_room_after_a_long_prompt(base_model: Path) -> None:
+    from veriloop.training.common import load_tokenizer
+
+    tokenizer = load_tokenizer(base_model)
+    item, positions, targets = loops.encode_steps(
+        tokenizer, [{"role": "user", "content": "word " * 400}], ["a = 1", "b = 2"], [True, False], 64
+    )
+    assert len(item.input_ids) <= 64 and targets == [1.0, 0.0]
+    assert positions[-1] == len(item.input_ids) - 1 and positions[0] < positions[1]
+    assert tokenizer.decode(item.input_ids[positions[0] + 1 : positions[1] + 1]).strip() == "b = 2"

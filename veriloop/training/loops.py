@@ -324,12 +324,15 @@ STEP_SEPARATOR = "\n\n"
 def encode_steps(
     tokenizer: Any, prompt: Any, steps: Sequence[str], labels: Sequence[Any], max_length: int
 ) -> tuple[Encoded, list[int], list[float]]:
-    """Prompt + steps joined by blank lines; returns the encoding, each kept step's last position and label."""
+    """Prompt + steps joined by blank lines; returns the encoding, each kept step's last position and label.
+
+    The prompt keeps its last `max_length // 2` tokens; steps that no longer fit are dropped.
+    """
     base = encode(tokenizer, prompt, "", max_length)
     prompt_ids = [
         token for token, label in zip(base.input_ids, base.labels, strict=True) if label == losses.IGNORE_INDEX
     ]
-    ids = list(prompt_ids)
+    ids = prompt_ids[-(max_length // 2) :]  # the steps get at least half of the room
     positions: list[int] = []
     targets: list[float] = []
     for index, (step, label) in enumerate(zip(steps, labels, strict=True)):
