@@ -215,3 +215,12 @@ def tiny_causal_lm(seed: int = 0, *, layers: int = 2, hidden: int = 64, context:
     model.eval()
     model.generation_config.pad_token_id = 0
     return model, tokenizer
+
+
+@dataclass(frozen=True)
+class ModelConversion:
+    """The test session's one conversion of the embedded model (see tests/conftest.py)."""
+
+    home: Path
+    folder: Path
+    seconds: float

@@ -18,12 +18,11 @@ from veriloop.llm.embedded import (
     DEFAULT_MODEL,
     SOURCE_MARKER,
     EmbeddedBackend,
-    default_model_dir,
     ensure_default_model,
     is_converted,
 )
 from veriloop.records import SamplingParams
-from veriloop.testing import user
+from veriloop.testing import ModelConversion, user
 
 pytestmark = [pytest.mark.slow, pytest.mark.model]
 
@@ -31,13 +30,9 @@ CODE_PROMPT = "Write a Python function add(a, b)."
 
 
 @pytest.fixture(scope="session")
-def converted(model_settings: Settings) -> tuple[Path, float]:
-    """Convert the GGUF into the session's empty cache; (folder, seconds it took)."""
-    folder = default_model_dir(model_settings)
-    assert not folder.exists(), "the session's cache starts empty"
-    start = time.perf_counter()
-    assert ensure_default_model(model_settings) == folder
-    return folder, time.perf_counter() - start
+def converted(model_conversion: ModelConversion) -> tuple[Path, float]:
+    """The session's conversion into an empty cache (tests/conftest.py): (folder, seconds it took)."""
+    return model_conversion.folder, model_conversion.seconds
 
 
 @pytest.fixture

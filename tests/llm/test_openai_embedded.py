@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
-from veriloop.config import load_settings
-from veriloop.llm.embedded import default_model_dir, is_converted
 from veriloop.llm.openai_backend import OpenAIBackend
 from veriloop.records import SamplingParams
 from veriloop.testing import ServedProcess, served, user
@@ -18,14 +17,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.model]
 
 
 @pytest.fixture(scope="module")
-def embedded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedProcess]:
+def embedded_server(tmp_path_factory: pytest.TempPathFactory, model_folder: Path) -> Iterator[ServedProcess]:
     home = tmp_path_factory.mktemp("embedded-home")
-    # Reuse the default model this machine already converted (read only); a fresh home converts the
-    # bundled GGUF first (about 15 s on an idle machine) before the server answers /health.
-    cached = default_model_dir(load_settings())
-    model = ["--model", str(cached)] if is_converted(cached) else []
+    # The session's converted model (tests/conftest.py), served read-only as a model folder.
     with served(
-        "--backend", "embedded", *model, home=home, env={"VERILOOP_LLM__TORCH_THREADS": "1"}, timeout_s=600
+        "--backend",
+        "embedded",
+        "--model",
+        str(model_folder),
+        home=home,
+        env={"VERILOOP_LLM__TORCH_THREADS": "1"},
+        timeout_s=600,
     ) as server:
         yield server
 
