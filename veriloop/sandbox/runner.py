@@ -58,6 +58,7 @@ SECCOMP_MODE_FILTER = 2
 READ_CHUNK = 65536
 DRAIN_S = 0.5
 RUNNER_DIR = os.path.dirname(os.path.abspath(__file__))
+_STARTUP_TZ = os.environ.get("TZ")
 # Imported once by the zygote so that each forked job starts with them loaded (they hold no job data).
 PRELOAD = ("harness_py", "ast", "bisect", "collections", "functools", "heapq", "itertools", "math", "re", "string")
 # The kernel keyring (add_key, request_key, keyctl) is not namespaced: a key one job adds to uid 65534's keyring
@@ -432,7 +433,7 @@ def _run_python(argv: list[str], env: dict[str, str]) -> None:
     for key, value in env.items():
         data[key.encode()] = value.encode()
         os.putenv(key, value)
-    if hasattr(time, "tzset"):
+    if hasattr(time, "tzset") and env.get("TZ") != _STARTUP_TZ:  # the interpreter set it up at start
         time.tzset()
     sys.argv = [script, *argv[2:]]
     sys.path[0] = os.path.dirname(script)
@@ -626,7 +627,8 @@ class ZygoteLauncher:
     def __init__(self, ctrl: socket.socket) -> None:
         self.ctrl = ctrl
         self.fd = ctrl.fileno()
-        self.pid = 0
+        self.pid = 0  # learnt from the exit report: the kill of the job's pid namespace reaches the step anyway
+        self.sequence = 0
 
     def start(self, spec: dict[str, Any], step: dict[str, Any], child: tuple[int, ...], parent: tuple[int, ...]) -> int:
         import socket
@@ -638,22 +640,21 @@ class ZygoteLauncher:
             view = memoryview(data)
             while view:
                 view = view[os.write(memfd, view) :]
-            socket.send_fds(self.ctrl, [b"F"], [memfd, *child])
+            self.sequence += 1
+            self.pid = 0
+            socket.send_fds(self.ctrl, [b"F %d" % self.sequence], [memfd, *child])
         finally:
             os.close(memfd)
-        answer = self.ctrl.recv(64).split()
-        if len(answer) != 2 or answer[0] != b"P":
-            raise OSError(f"the zygote did not start the step: {b' '.join(answer)!r}")
-        self.pid = int(answer[1])
-        return self.pid
+        return 0
 
     def exited(self) -> tuple[int, float | None, int | None] | None:
         words = self.ctrl.recv(128).split()
         if not words:
             raise OSError("the zygote is gone")
-        if words[0] != b"X" or int(words[1]) != self.pid:
-            return None
-        return int(words[2]), float(words[3]), int(words[4])
+        if len(words) != 6 or words[0] != b"X" or int(words[1]) != self.sequence:
+            return None  # the report of a step abandoned earlier
+        self.pid = int(words[2])
+        return int(words[3]), float(words[4]), int(words[5])
 
     def wait(self) -> tuple[int, float | None, int | None]:
         while True:
@@ -713,9 +714,9 @@ def run_step(spec: dict[str, Any], step: dict[str, Any], launcher: Launcher) -> 
 
     def stop() -> None:
         kill_job(spec["kill"], spec.get("uid"), pid)
-        if status_info is None:
+        if status_info is None and pid > 0:
             try:
-                os.kill(pid, signal.SIGKILL)  # still ours to signal: it has not been reaped
+                os.kill(pid, signal.SIGKILL)  # not reaped yet, so still this step (even before it dropped to the uid)
             except OSError:
                 pass
 
@@ -964,6 +965,7 @@ def serve() -> None:
     os.environ.clear()
     _restrict()
     _inherited = True
+    libc().malloc_trim(0)  # fewer pages to copy at every fork
     gc.freeze()  # forked steps then never touch (copy) the preloaded objects for garbage collection
     zygote(ctrl)
 
@@ -972,28 +974,28 @@ def zygote(ctrl: socket.socket) -> None:
     import select
     import socket
 
-    children: dict[int, int] = {}  # pidfd -> pid
+    children: dict[int, tuple[int, bytes]] = {}  # pidfd -> (pid, the supervisor's number for the step)
     while True:
         ready, _, _ = select.select([ctrl.fileno(), *children], [], [])
         for fd in ready:
             if fd != ctrl.fileno():
-                pid = children.pop(fd)
+                pid, number = children.pop(fd)
                 os.close(fd)
                 _, status, usage = os.wait4(pid, 0)
                 cpu = usage.ru_utime + usage.ru_stime
-                ctrl.send(f"X {pid} {status} {cpu:.6f} {int(usage.ru_maxrss)}".encode())
+                ctrl.send(b"X %s %d %d %.6f %d" % (number, pid, status, cpu, int(usage.ru_maxrss)))
                 continue
-            message, fds, _, _ = socket.recv_fds(ctrl, 16, 8)
+            message, fds, _, _ = socket.recv_fds(ctrl, 32, 8)
             if not message:
                 return
-            if message == b"N":  # a new job: its steps get a fresh System V IPC namespace
+            words = message.split()
+            if words == [b"N"]:  # a new job: its steps get a fresh System V IPC namespace
                 _check(libc().unshare(CLONE_NEWIPC), "unshare(CLONE_NEWIPC)")
-            elif message == b"F" and len(fds) == 5:
+            elif len(words) == 2 and words[0] == b"F" and len(fds) == 5:
                 pid = os.fork()
                 if pid == 0:
                     _step_process(fds)
-                children[os.pidfd_open(pid)] = pid
-                ctrl.send(f"P {pid}".encode())
+                children[os.pidfd_open(pid)] = (pid, words[1])
             for received in fds:
                 os.close(received)
 
