@@ -148,3 +148,15 @@ def test_quantize_model_runs_calibration_from_token_ids() -> None:
     model = _tiny_llama()
     report = quantize_model_(model, "any3", group_size=16, calibration=torch.randint(0, 259, (20,)), impl="torch")
     assert report.method == "any3" and report.layers == 14
+
+
+def test_kernel_modules_import_without_triton() -> None:
+    """CPU installs must import the kernels package; Triton loads only when a kernel runs."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, veriloop.kernels, veriloop.kernels.fused_ce, veriloop.kernels.any4, "
+        "veriloop.kernels.commvq, veriloop.kernels.specprefill; assert 'triton' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

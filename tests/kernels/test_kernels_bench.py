@@ -48,6 +48,15 @@ def test_fused_ce_section_on_cpu_and_meta() -> None:
 def test_unknown_section_is_a_usage_error() -> None:
     with pytest.raises(SystemExit):
         parse_args(["--only", "any5"])
+    with pytest.raises(SystemExit):
+        parse_args(["--any4-methods", "nf4,int8"])
+
+
+def test_default_arguments_cover_every_reported_key() -> None:
+    args = parse_args([])
+    assert args.sections == ["any4", "fused_ce", "commvq", "specprefill"]
+    assert args.any4_methods == ["int4", "nf4", "fp4", "any4", "any3", "any2"]
+    assert args.ce_tokens == [2048, 8192, 32768]
 
 
 @pytest.mark.slow
@@ -63,6 +72,7 @@ def test_bench_kernels_on_the_embedded_model(
     argv = [
         "--only=any4,fused_ce,commvq,specprefill",
         "--texts=2",
+        "--any4-methods=nf4,any4",
         "--any4-iters=3",
         "--ce-tokens=128,32768",
         "--ce-run-tokens=128",
@@ -78,7 +88,8 @@ def test_bench_kernels_on_the_embedded_model(
     monkeypatch.setenv("VERILOOP_PATHS__HOME", str(model_home))  # the session's converted model
     assert main(["bench", "kernels", *argv]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert set(result["any4"]["perplexity"]) == {"fp32", "int4", "nf4", "fp4", "any4", "any3", "any2"}
+    assert set(result["any4"]["perplexity"]) == {"fp32", "nf4", "any4"}
+    assert result["any4"]["perplexity"]["any4"] < 2 * result["any4"]["perplexity"]["fp32"]
     assert set(result["fused_ce"]["peak_memory_ratio"]) == {"128", "32768"}
     assert result["fused_ce"]["peak_memory_ratio"]["32768"] > 16
     assert isinstance(result["fused_ce"]["max_abs_diff"], float)

@@ -107,7 +107,7 @@ def perplexity(model: Any, token_lists: list[list[int]], batch_size: int = 8) ->
 
 
 def bench_any4(model: Any, tokenizer: Any, args: argparse.Namespace, texts: list[list[int]]) -> dict[str, Any]:
-    from veriloop.kernels.any4 import CALIBRATION_TEXT, METHODS, calibration_moments, quantize_model_
+    from veriloop.kernels.any4 import CALIBRATION_TEXT, calibration_moments, quantize_model_
 
     out: dict[str, Any] = {"group_size": args.group_size, "texts": len(texts), "tokens": sum(map(len, texts))}
     t0 = time.perf_counter()
@@ -119,7 +119,7 @@ def bench_any4(model: Any, tokenizer: Any, args: argparse.Namespace, texts: list
     seconds: dict[str, float] = {}
     megabytes: dict[str, float] = {}
     impl = "auto" if next(model.parameters()).is_cuda else "torch"
-    for method in METHODS:
+    for method in args.any4_methods:
         t0 = time.perf_counter()
         quantized = copy.deepcopy(model)
         report = quantize_model_(
@@ -137,7 +137,8 @@ def bench_any4(model: Any, tokenizer: Any, args: argparse.Namespace, texts: list
     out["quantized_linear_mb"] = megabytes
     out["quantize_s"] = seconds
     out["calibration_tokens"] = int(calibration.numel())
-    out["any4_beats_nf4"] = ppl["any4"] <= ppl["nf4"]
+    if "any4" in ppl and "nf4" in ppl:
+        out["any4_beats_nf4"] = ppl["any4"] <= ppl["nf4"]
     return out
 
 
@@ -498,6 +499,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--only", default=",".join(SECTIONS), help="Comma-separated sections: " + ", ".join(SECTIONS))
     parser.add_argument("--texts", type=int, default=6, help="HumanEval solutions for perplexity (research used 30).")
     parser.add_argument("--group-size", type=int, default=128, help="Quantisation group size.")
+    parser.add_argument(
+        "--any4-methods",
+        type=lambda text: [m.strip() for m in text.split(",") if m.strip()],
+        default=["int4", "nf4", "fp4", "any4", "any3", "any2"],
+        help="Schemes to compare with fp32.",
+    )
     parser.add_argument("--any4-iters", type=int, default=20, help="k-means iterations for any-k.")
     parser.add_argument("--ce-tokens", type=_ints, default=[2048, 8192, 32768], help="Token counts for fused CE.")
     parser.add_argument(
@@ -525,6 +532,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     unknown = sorted(set(args.sections) - set(SECTIONS))
     if unknown:
         parser.error(f"unknown sections {unknown}; choose from {', '.join(SECTIONS)}")
+    from veriloop.kernels.any4 import METHODS
+
+    bad = sorted(set(args.any4_methods) - set(METHODS))
+    if bad:
+        parser.error(f"unknown quantisation methods {bad}; choose from {', '.join(METHODS)}")
     return args
 
 
