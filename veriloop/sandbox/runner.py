@@ -965,7 +965,6 @@ def serve() -> None:
     os.environ.clear()
     _restrict()
     _inherited = True
-    libc().malloc_trim(0)  # fewer pages to copy at every fork
     gc.freeze()  # forked steps then never touch (copy) the preloaded objects for garbage collection
     zygote(ctrl)
 
