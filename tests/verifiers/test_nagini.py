@@ -9,7 +9,7 @@ import pytest
 
 from veriloop.records import Candidate, Task, VerifyStatus
 from veriloop.verifiers.guard import NAGINI, GuardedVerifier
-from veriloop.verifiers.nagini import NaginiVerifier, NaginiWorker, classify, result_from_reply
+from veriloop.verifiers.nagini import NaginiVerifier, WorkerError, classify, result_from_reply
 
 DATA = Path(__file__).parent / "data" / "nagini"
 V, F, S, T, R = (VerifyStatus.VERIFIED, VerifyStatus.FAILED, VerifyStatus.SYNTAX_ERROR, VerifyStatus.TIMEOUT,
@@ -112,19 +112,17 @@ async def test_spec_guard_against_a_task_spec(nagini: NaginiVerifier) -> None:
 
 @pytest.mark.slow
 def test_worker_is_recycled_after_a_timeout_and_serves_again(nagini: NaginiVerifier, tmp_path: Path) -> None:
-    worker = NaginiWorker(nagini.python)
-    try:
-        path = tmp_path / "p.py"
-        path.write_text((DATA / "sum_loop_ok.nagini").read_text())
-        worker.ensure_started()
-        started = worker.starts
-        with pytest.raises(Exception, match="timeout"):
-            worker.request(str(path), timeout_s=0.01)
-        assert not worker.alive
-        reply = worker.request(str(path), timeout_s=300)
-        assert reply.payload["status"] == "verified" and worker.starts == started + 1
-    finally:
-        worker.close()
+    """The session's shared worker: killed on a time-out, started afresh by the next request (one cold start)."""
+    worker = nagini.worker
+    path = tmp_path / "p.py"
+    path.write_text((DATA / "sum_loop_ok.nagini").read_text())
+    worker.ensure_started()
+    started = worker.starts
+    with pytest.raises(WorkerError, match="timeout"):
+        worker.request(str(path), timeout_s=0.01)
+    assert not worker.alive
+    reply = worker.request(str(path), timeout_s=300)
+    assert reply.payload["status"] == "verified" and worker.starts == started + 1
 
 
 @pytest.mark.slow
