@@ -666,7 +666,8 @@ class ZygoteLauncher:
         return None
 
 
-Launcher = ForkLauncher | ZygoteLauncher
+if TYPE_CHECKING:  # (a runtime `X | Y` of classes needs Python 3.10; the runner runs on 3.9 too)
+    Launcher = ForkLauncher | ZygoteLauncher
 
 
 # --------------------------------------------------------------------------- the leader / supervisor
