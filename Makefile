@@ -16,7 +16,9 @@ services:
 	@bash scripts/setup-verifiers.sh
 	@bash scripts/start-postgres.sh > .postgres-url
 
+# The demo needs bubblewrap (its default sandbox) but not Docker.
 demo: setup
+	@VERILOOP_SKIP_DOCKER=1 bash scripts/setup-sandbox.sh
 	$(BIN)/veriloop demo
 
 lint: setup
