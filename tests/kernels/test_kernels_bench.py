@@ -98,3 +98,10 @@ def test_bench_kernels_on_the_embedded_model(
     assert set(result["commvq"]["perplexity"]) == {"full", "commvq"}
     assert set(result["specprefill"]["ttft_s"]) == {"full", "specprefill"}
     assert set(result["specprefill"]["quality"]) == {"full", "specprefill"}
+
+
+def test_meta_sizes_report_no_time_and_stay_strict_json() -> None:
+    out = bench_fused_ce(parse_args(["--ce-tokens", "64,4096", "--ce-run-tokens", "64"]), "cpu")
+    assert out["time_s"]["naive"]["4096"] is None and out["time_s"]["fused"]["64"] is not None
+    assert set(out["speedup"]) == {"64"}
+    json.dumps(out, allow_nan=False)

@@ -245,7 +245,7 @@ def bench_fused_ce(args: argparse.Namespace, device: str) -> dict[str, Any]:
         for fn in variants.values():
             _ce_run(fn, h, w, y)
     peaks: dict[str, dict[str, float]] = {name: {} for name in variants}
-    times: dict[str, dict[str, float]] = {name: {} for name in variants}
+    times: dict[str, dict[str, float | None]] = {name: {} for name in variants}
     measured_on: dict[str, str] = {}
     max_diff: dict[str, float] = {}
     diff_tokens: int | None = None
@@ -258,7 +258,8 @@ def bench_fused_ce(args: argparse.Namespace, device: str) -> dict[str, Any]:
         for name, fn in variants.items():
             runs = [_ce_run(fn, h, w, y) for _ in range(max(1, args.ce_repeats if where != "meta" else 1))]
             peaks[name][key] = _round(max(r[0] for r in runs) / 2**20)
-            times[name][key] = _round(min(r[1] for r in runs), 3)
+            best = min(r[1] for r in runs)
+            times[name][key] = _round(best, 3) if math.isfinite(best) else None  # meta tensors: no time
             outputs[name] = runs[-1][2]
             del runs
         reference = outputs["naive"]
@@ -271,9 +272,11 @@ def bench_fused_ce(args: argparse.Namespace, device: str) -> dict[str, Any]:
         log(f"fused_ce: {tokens} tokens on {where}: " + ", ".join(f"{n} {peaks[n][key]:.0f} MiB" for n in variants))
         del h, w, y, outputs, reference
     ratio = {k: _round(peaks["naive"][k] / max(peaks["fused"][k], 1e-9)) for k in peaks["naive"]}
-    speed = {
-        k: _round(times["naive"][k] / times["fused"][k]) for k in times["naive"] if math.isfinite(times["fused"][k])
-    }
+    speed = {}
+    for k, naive_s in times["naive"].items():
+        fused_s = times["fused"][k]
+        if naive_s is not None and fused_s is not None:
+            speed[k] = _round(naive_s / fused_s)
     fused_impl = "triton" if device == "cuda" and _triton_ready() else "torch (chunked)"
     return {
         "vocab": vocab,
