@@ -38,14 +38,9 @@ def _one_thread() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def base_model(demo_home: Path) -> Path:
-    """The embedded default model as a folder: the user's converted cache when it exists, else converted here."""
-    from veriloop.llm.embedded import default_model_dir, ensure_default_model, is_converted
-
-    cached = default_model_dir(load_settings())
-    if is_converted(cached):
-        return cached
-    return ensure_default_model(load_settings(paths={"home": demo_home}))
+def base_model(model_folder: Path) -> Path:
+    """The embedded default model as a folder (the session's shared conversion)."""
+    return model_folder
 
 
 @pytest.fixture(scope="session")

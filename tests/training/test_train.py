@@ -121,6 +121,10 @@ def test_dpo_chain_export_train_register_generate(
     )
     assert answer["model"] == served
     assert answer["completions"][0]["text"].strip()
+    more = _cli(
+        _train_argv(demo_home, "dpo", data, base_model, tmp_path / "dpo", "--lora", "--steps", "11", "--json"), capsys
+    )
+    assert more["resumed_from"] == 10 and more["steps"] == 11  # TRL picked up its last saved checkpoint
 
 
 @pytest.mark.slow

@@ -179,7 +179,7 @@ def train_preference_loop(spec: TrainSpec, settings: Settings, progress: Progres
             )
         else:
             per = _epa_batch(model, tokenizer, batch, logps, ref, encoded, reference, prompt_keys, negatives, beta)
-        margin = (chosen - ref[:, 0]) - (rejected - ref[:, 1])
+        margin = ((chosen - ref[:, 0]) - (rejected - ref[:, 1])).detach()
         return per.mean(), {"margin": float(margin.mean()), "accuracy": float((margin > 0).float().mean())}
 
     state = run_loop(
