@@ -93,7 +93,8 @@ def _keyed(text: str, key: str) -> int:
     return 0
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (owned by anyone)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -264,7 +265,7 @@ class Cgroups:
                 continue
             for entry in entries:
                 match = _NAME.match(entry.name)
-                if match and entry.is_dir() and not _pid_alive(int(match.group(1))):
+                if match and entry.is_dir() and not pid_alive(int(match.group(1))):
                     stale = JobCgroup(self.version, [entry])
                     stale.kill(1.0)
                     removed += int(stale.remove(1.0))

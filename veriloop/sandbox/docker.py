@@ -42,7 +42,7 @@ from veriloop.sandbox.base import (
     runner_argv,
     runner_spec,
 )
-from veriloop.sandbox.cgroups import JobCgroup
+from veriloop.sandbox.cgroups import JobCgroup, pid_alive
 from veriloop.sandbox.job import JOB_UID, Job
 
 LABEL = "veriloop.sandbox"
@@ -147,7 +147,7 @@ class DockerSandbox:
     def _remove_stale(self) -> None:
         for container in self._client.containers.list(all=True, filters={"label": LABEL}):
             owner = container.labels.get("veriloop.pid", "")
-            if owner.isdigit() and not _alive(int(owner)):
+            if owner.isdigit() and not pid_alive(int(owner)):
                 with contextlib.suppress(Exception):
                     container.remove(force=True)
 
@@ -364,16 +364,6 @@ def _memory_cgroup(pid: int) -> JobCgroup | None:
         if controllers == "" and Path("/sys/fs/cgroup/cgroup.controllers").exists():
             return JobCgroup(2, [Path("/sys/fs/cgroup") / path.lstrip("/")])
     return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 _live: weakref.WeakSet[DockerSandbox] = weakref.WeakSet()
