@@ -11,7 +11,7 @@ import os
 import tomllib
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
@@ -62,6 +62,18 @@ class LLMSettings(Section):
     max_concurrency: int = Field(8, ge=1, le=1024, description="Concurrent HTTP requests of the openai backend.")
     max_retries: int = Field(3, ge=0, le=20, description="Retries with exponential back-off on HTTP failures.")
     timeout_s: float = Field(120.0, gt=0, description="Per-request timeout of the openai backend.")
+    quantization: Literal["none", "int4", "nf4", "fp4", "any4", "any3", "any2"] = Field(
+        "none",
+        description="Weight quantization of the embedded model's linear layers (any4 learns per-row tables).",
+    )
+    quantization_group_size: int = Field(128, ge=8, description="Input columns sharing one scale when quantizing.")
+    kv_cache: Literal["full", "commvq"] = Field(
+        "full", description="KV cache of the embedded model: full precision, or CommVQ (fitted once, cached)."
+    )
+    prefill: Literal["full", "specprefill"] = Field(
+        "full", description="Prompt prefill of the embedded model: full, or SpecPrefill (keeps the important chunks)."
+    )
+    specprefill_keep: float = Field(0.3, gt=0, le=1, description="Fraction of prompt tokens SpecPrefill keeps.")
 
 
 class StoreSettings(Section):

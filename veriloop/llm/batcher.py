@@ -25,6 +25,12 @@ KV-cache scheme (why it looks like this):
   off the front, and the capacity grows in chunks. Rebuilds copy the cache once, which is rare
   compared with steps.
 
+With `speculative` set, prompts of at least `min_tokens` tokens are prefilled by SpecPrefill
+(`veriloop.kernels.specprefill`): the first layers of the model score the prompt's tokens, and only
+the top chunks are prefilled, at their original positions. The row's cache then holds fewer
+columns than the prompt has tokens; positions still continue from the prompt's length. Such
+partial prefixes are not kept for prefix reuse.
+
 On the CPU the batcher stores the model's Linear weights column-major (`column_major_linears`):
 same values, faster small-batch matrix products.
 
@@ -64,6 +70,17 @@ _COMPACT_AT = 256
 
 _MIN_PREFIX_REUSE = 8
 """Shared prefixes shorter than this are simply prefilled again."""
+
+
+@dataclass(frozen=True)
+class SpeculativePrefill:
+    """SpecPrefill for long prompts: keep `keep_ratio` of the chunks a `speculator_layers`-layer early exit ranks."""
+
+    keep_ratio: float = 0.3
+    min_tokens: int = 512
+    speculator_layers: int = 8
+    chunk_size: int = 32
+    look_ahead: int = 8
 
 
 @dataclass(frozen=True)
@@ -124,6 +141,11 @@ class _Group:
     prefix: list[tuple[torch.Tensor, torch.Tensor]] | None = None
     first_logits: torch.Tensor | None = None
 
+    @property
+    def width(self) -> int:
+        """Cache columns of the prefilled prompt: its length, or fewer after SpecPrefill."""
+        return int(self.prefix[0][0].shape[2]) if self.prefix else len(self.prompt_ids)
+
 
 class _ColumnLayer(DynamicLayer):
     """A cache layer over a preallocated buffer: `update` writes the new columns in place and returns views."""
@@ -162,6 +184,7 @@ class ContinuousBatcher:
         torch_threads: int = 1,
         eos_token_ids: Sequence[int] | None = None,
         prefix_cache_bytes: int = 256 << 20,
+        speculative: SpeculativePrefill | None = None,
         name: str = "veriloop-batcher",
     ) -> None:
         if max_batch_size < 1:
@@ -186,6 +209,9 @@ class ContinuousBatcher:
         self.prefix_hits = 0
         """Prompt tokens whose prefill was skipped because a recent prompt began the same way."""
         self.prefix_cache_bytes = prefix_cache_bytes
+        self.speculative = speculative
+        self.speculative_prefills = 0
+        """Prompts prefilled by SpecPrefill (for tests and benchmarks)."""
         self._prefix_bytes = 0
         self._prefixes: OrderedDict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = OrderedDict()
         # transformers renamed `past_key_values` to `cache` in 5.2x; pass whichever this version's forward takes.
@@ -324,6 +350,10 @@ class ContinuousBatcher:
     def _prefill(self, group: _Group) -> None:
         """Run the prompt at batch 1; a prefix shared with a recent prompt is taken from the prefix cache."""
         prompt = group.prompt_ids
+        spec = self.speculative
+        if spec is not None and len(prompt) >= spec.min_tokens:
+            self._speculative_prefill(group, spec)
+            return
         reused, cached = self._longest_cached_prefix(prompt)
         if reused:
             cache = DynamicCache(ddp_cache_data=[(k[:, :, :reused], v[:, :, :reused]) for k, v in cached])
@@ -335,6 +365,30 @@ class ContinuousBatcher:
         out = self.model(
             input_ids=ids, position_ids=positions, use_cache=True, logits_to_keep=1, **{self._cache_kwarg: cache}
         )
+        prefix = self._layers(cache)
+        group.prefix = prefix
+        group.first_logits = out.logits[0, -1].float()
+        self._remember_prefix(tuple(prompt), prefix)
+
+    def _speculative_prefill(self, group: _Group, spec: SpeculativePrefill) -> None:
+        """Prefill only the prompt chunks the early-exit speculator ranks highest (see the module docstring)."""
+        from veriloop.kernels.specprefill import prefill
+
+        layers = int(getattr(self.model.config, "num_hidden_layers", spec.speculator_layers))
+        state = prefill(
+            self.model,
+            torch.tensor(group.prompt_ids, dtype=torch.long),
+            spec.keep_ratio,
+            speculator_layers=max(1, min(spec.speculator_layers, layers)),
+            look_ahead=spec.look_ahead,
+            chunk_size=spec.chunk_size,
+            eos_token_ids=sorted(self.eos_token_ids),
+        )
+        group.prefix = self._layers(state.cache)
+        group.first_logits = state.logits[-1].float()
+        self.speculative_prefills += 1
+
+    def _layers(self, cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
         prefix = []
         for layer in cache.layers:
             if type(layer) is not DynamicLayer:
@@ -344,9 +398,7 @@ class ContinuousBatcher:
                 )
             assert layer.keys is not None and layer.values is not None
             prefix.append((layer.keys, layer.values))
-        group.prefix = prefix
-        group.first_logits = out.logits[0, -1].float()
-        self._remember_prefix(tuple(prompt), prefix)
+        return prefix
 
     def _remember_prefix(self, key: tuple[int, ...], prefix: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
         """Keep a prompt's keys and values for later prompts that start the same way; oldest out first."""
@@ -380,15 +432,11 @@ class ContinuousBatcher:
     def _place(self, joiners: list[tuple[_Row, _Group]]) -> None:
         """Put joiners into free slots in place when they fit; otherwise rebuild the buffers."""
         free = [slot for slot, row in enumerate(self._rows) if row is None]
-        fits = (
-            self._keys
-            and len(joiners) == len(free)
-            and all(len(group.prompt_ids) <= self._length for _, group in joiners)
-        )
+        fits = self._keys and len(joiners) == len(free) and all(group.width <= self._length for _, group in joiners)
         if fits:
             for slot, (row, group) in zip(free, joiners, strict=True):
                 assert group.prefix is not None
-                width = len(group.prompt_ids)
+                width = group.width
                 row.start = self._length - width
                 for layer, (keys, values) in enumerate(group.prefix):
                     self._keys[layer][slot, :, row.start : self._length] = keys[0]
@@ -405,7 +453,7 @@ class ContinuousBatcher:
         kept = [(slot, row) for slot, row in enumerate(self._rows) if row is not None]
         cut = min((row.start for _, row in kept), default=self._length)
         span = self._length - cut
-        length = max([span] + [len(group.prompt_ids) for _, group in joiners])
+        length = max([span] + [group.width for _, group in joiners])
         capacity = _round_up(length + max(extra, 1) + _CAPACITY_CHUNK // 2, _CAPACITY_CHUNK)
         rows = len(kept) + len(joiners)
         if rows == 0:
@@ -426,7 +474,7 @@ class ContinuousBatcher:
                 ]
         for index, (_, group) in enumerate(joiners, start=len(kept)):
             assert group.prefix is not None
-            width = len(group.prompt_ids)
+            width = group.width
             for layer, (keys, values) in enumerate(group.prefix):
                 new_keys[layer][index, :, length - width : length] = keys[0]
                 new_values[layer][index, :, length - width : length] = values[0]
@@ -437,7 +485,7 @@ class ContinuousBatcher:
             mask[index, row.start : length] = True
             new_rows.append(row)
         for index, (row, group) in enumerate(joiners, start=len(kept)):
-            row.start = length - len(group.prompt_ids)
+            row.start = length - group.width
             mask[index, row.start : length] = True
             new_rows.append(row)
         self._rows, self._keys, self._values, self._mask, self._length = new_rows, new_keys, new_values, mask, length

@@ -6,11 +6,18 @@ the GGUF takes about 15 s, so it is converted once into a safetensors folder und
 cache) and loaded from there in well under a second afterwards. Any Hugging Face model folder
 replaces it through `settings.llm.model`; `scheme:ID` specs (such as `checkpoint:ID`) go to
 resolvers that higher layers register with `register_model_resolver`.
+
+`settings.llm` switches on the inference kernels (`apply_kernels`): weight quantization
+(`quantization`, any4 and its baselines, calibrated on `any4.CALIBRATION_TEXT`), a CommVQ KV cache
+(`kv_cache = "commvq"`, fitted once on that text's keys and values and cached under the cache dir,
+keyed by model and settings) and SpecPrefill for prompts of `SPECPREFILL_MIN_TOKENS` or more
+(`prefill = "specprefill"`, done by the batcher with the model's first layers as speculator).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import importlib.util
 import json
 import logging
@@ -24,7 +31,7 @@ import torch
 
 from veriloop.config import Settings
 from veriloop.errors import BackendError, ConfigError
-from veriloop.llm.batcher import ContinuousBatcher, RowOutput, SampleSpec
+from veriloop.llm.batcher import ContinuousBatcher, RowOutput, SampleSpec, SpeculativePrefill
 from veriloop.records import Completion, Prompt, SamplingParams, Usage
 
 log = logging.getLogger(__name__)
@@ -169,6 +176,12 @@ def set_torch_threads(threads: int) -> None:
 
 def load_model(settings: Settings) -> tuple[Any, Any]:
     """(model, tokenizer) for `settings.llm`, ready for inference; kernels and trainers reuse this."""
+    model, tokenizer, _ = load_model_folder(settings)
+    return model, tokenizer
+
+
+def load_model_folder(settings: Settings) -> tuple[Any, Any, Path]:
+    """`load_model` plus the folder the model came from."""
     dtype = DTYPES.get(settings.llm.dtype)
     if dtype is None:
         raise ConfigError(f"llm.dtype {settings.llm.dtype!r} is not one of: {', '.join(DTYPES)}")
@@ -186,7 +199,129 @@ def load_model(settings: Settings) -> tuple[Any, Any]:
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         raise BackendError(f"cannot load the model in {folder}: {_one_line(exc)}") from None
     model.eval()
-    return model, tokenizer
+    return model, tokenizer, folder
+
+
+# --------------------------------------------------------------------------- inference kernels
+
+COMMVQ_FIT: dict[str, int] = {"key_stages": 16, "codebook_size": 16, "em_iters": 6, "value_bits": 2}
+"""CommVQ fit options (the kernels benchmark's defaults); part of the codebook cache key."""
+
+COMMVQ_CALIBRATION_TOKENS = 512
+SPECPREFILL_MIN_TOKENS = 512
+"""Shorter prompts are prefilled in full: scoring them costs about what it saves."""
+SPECPREFILL_LAYERS = 8
+"""Early-exit speculator depth (no smaller model shares SmolLM2's tokenizer)."""
+
+
+def calibration_ids(tokenizer: Any, limit: int | None = None) -> torch.Tensor:
+    """The fixed calibration sample (any4's text of prose and code) as token ids: deterministic."""
+    from veriloop.kernels.any4 import CALIBRATION_TEXT
+
+    ids: list[int] = list(tokenizer(CALIBRATION_TEXT)["input_ids"])
+    return torch.tensor(ids[:limit] if limit else ids, dtype=torch.long)
+
+
+def _commvq_path(settings: Settings, folder: Path) -> Path:
+    llm = settings.llm
+    key = json.dumps(
+        {
+            "model": llm.model,
+            "folder": str(folder.resolve()),
+            "config": (folder / "config.json").stat().st_mtime_ns if (folder / "config.json").is_file() else 0,
+            "dtype": llm.dtype,
+            "quantization": llm.quantization,
+            "group_size": llm.quantization_group_size,
+            "tokens": COMMVQ_CALIBRATION_TOKENS,
+            **COMMVQ_FIT,
+        },
+        sort_keys=True,
+    )
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return settings.paths.cache_dir / "commvq" / f"{digest}.pt"
+
+
+def _save_commvq(commvq: Any, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    codec = commvq.values
+    state = {
+        "za": [book.za.cpu() for book in commvq.keys],
+        "zb": [book.zb.cpu() for book in commvq.keys],
+        "codec": {name: tensor.cpu() for name, tensor in codec.state_dict().items()},
+        "codec_shape": [int(codec.w1.shape[0]), codec.dim, codec.bits, int(codec.w1.shape[2])],
+        "value_scale": commvq.value_scale.cpu(),
+        "head_dim": commvq.head_dim,
+    }
+    tmp = path.with_suffix(f".{hashlib.sha256(str(id(state)).encode()).hexdigest()[:8]}.partial")
+    torch.save(state, tmp)
+    tmp.replace(path)  # atomic: a reader never sees half a file
+
+
+def _load_commvq(path: Path) -> Any:
+    from veriloop.kernels.commvq import CommVQ, KeyCodebook, ValueCodec
+
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    groups, dim, bits, hidden = state["codec_shape"]
+    codec = ValueCodec(groups, dim, bits, hidden)
+    codec.load_state_dict(state["codec"])
+    books = [KeyCodebook(za, zb) for za, zb in zip(state["za"], state["zb"], strict=True)]
+    return CommVQ(books, codec, state["value_scale"], int(state["head_dim"]))
+
+
+def commvq_for(model: Any, tokenizer: Any, settings: Settings, folder: Path) -> Any:
+    """The CommVQ codebooks of this model and settings: loaded from the cache, or fitted once and cached."""
+    from veriloop.kernels.commvq import collect_kv, fit_commvq
+
+    path = _commvq_path(settings, folder)
+    if path.is_file():
+        try:
+            return _load_commvq(path)
+        except (OSError, RuntimeError, KeyError, ValueError) as exc:
+            log.warning("refitting CommVQ: cannot read %s: %s", path, _one_line(exc))
+    config = model.config
+    head_dim = int(getattr(config, "head_dim", 0) or config.hidden_size // config.num_attention_heads)
+    log.info("fitting CommVQ codebooks for %s (once; cached in %s)", settings.llm.model, path)
+    kv = collect_kv(model, calibration_ids(tokenizer, COMMVQ_CALIBRATION_TOKENS), head_dim)
+    commvq = fit_commvq(kv, **COMMVQ_FIT)
+    try:
+        _save_commvq(commvq, path)
+    except OSError as exc:
+        log.warning("cannot cache CommVQ codebooks in %s: %s", path, _one_line(exc))
+    return commvq
+
+
+def apply_kernels(model: Any, tokenizer: Any, settings: Settings, folder: Path) -> dict[str, Any]:
+    """Quantize the weights and attach CommVQ as `settings.llm` asks, in place; says what was done."""
+    llm = settings.llm
+    done: dict[str, Any] = {}
+    if llm.quantization != "none":
+        from veriloop.kernels.any4 import quantize_model_
+
+        report = quantize_model_(
+            model, llm.quantization, llm.quantization_group_size, calibration=calibration_ids(tokenizer)
+        )
+        log.info(
+            "quantized %d linear layers to %s (relative MSE %.4f)", report.layers, llm.quantization, report.relative_mse
+        )
+        done["quantization"] = report
+    if llm.kv_cache == "commvq":
+        from veriloop.kernels.commvq import attach_commvq_
+
+        commvq = commvq_for(model, tokenizer, settings, folder)
+        done["commvq"] = commvq
+        done["remove_commvq"] = attach_commvq_(model, commvq)
+    return done
+
+
+def speculative_prefill(settings: Settings) -> SpeculativePrefill | None:
+    """The batcher's SpecPrefill options when `settings.llm.prefill` is specprefill."""
+    if settings.llm.prefill != "specprefill":
+        return None
+    return SpeculativePrefill(
+        keep_ratio=settings.llm.specprefill_keep,
+        min_tokens=SPECPREFILL_MIN_TOKENS,
+        speculator_layers=SPECPREFILL_LAYERS,
+    )
 
 
 # --------------------------------------------------------------------------- the backend
@@ -219,24 +354,36 @@ class EmbeddedBackend:
         max_batch_size: int = 8,
         torch_threads: int = 1,
         eos_token_ids: Sequence[int] | None = None,
+        speculative: SpeculativePrefill | None = None,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self._model_id = model_id
+        self.kernels: dict[str, Any] = {}
+        """What `apply_kernels` did to the model (from_settings)."""
         self.batcher = ContinuousBatcher(
-            model, tokenizer, max_batch_size=max_batch_size, torch_threads=torch_threads, eos_token_ids=eos_token_ids
+            model,
+            tokenizer,
+            max_batch_size=max_batch_size,
+            torch_threads=torch_threads,
+            eos_token_ids=eos_token_ids,
+            speculative=speculative,
         )
 
     @classmethod
     def from_settings(cls, settings: Settings) -> EmbeddedBackend:
-        model, tokenizer = load_model(settings)
-        return cls(
+        model, tokenizer, folder = load_model_folder(settings)
+        kernels = apply_kernels(model, tokenizer, settings, folder)
+        backend = cls(
             model,
             tokenizer,
             model_id=settings.llm.model,
             max_batch_size=settings.llm.max_batch_size,
             torch_threads=settings.llm.torch_threads,
+            speculative=speculative_prefill(settings),
         )
+        backend.kernels = kernels
+        return backend
 
     @property
     def model_id(self) -> str:
