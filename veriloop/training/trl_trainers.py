@@ -4,6 +4,10 @@ TRL 1.16 pitfalls handled here: configs default to bf16 and gradient checkpointi
 the spec and pass `use_cpu` without CUDA), `DPOConfig` only knows `max_length`, and trainers take
 `processing_class=`. With `precompute_ref_log_probs` the reference log-probs are computed once before
 training and the reference model is never held in memory (LoRA uses the adapter-disabled model anyway).
+
+SFT with label smoothing (or option `fused_ce=true`) computes its loss by
+`fused_loss.fused_causal_lm_loss` from the final hidden states, never building the full logits
+(TRL's own label-smoothing path builds them and runs a second forward for its metrics).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from veriloop.training.common import (
     seed_everything,
     with_lora,
 )
+from veriloop.training.fused_loss import fused_causal_lm_loss, use_fused_loss
 
 TRL_DPO_LOSSES = ("sigmoid", "ipo")
 
@@ -151,6 +156,26 @@ def train_dpo(spec: TrainSpec, settings: Settings, progress: Progress | None = N
     )
 
 
+def _fused_sft_trainer(base: type[Any], label_smoothing: float) -> type[Any]:
+    """`base` (TRL's SFTTrainer) with its loss computed by the fused linear cross-entropy.
+
+    TRL's token-accuracy and entropy metrics need the logits, so this trainer does not log them.
+    """
+
+    class FusedLossSFTTrainer(base):  # type: ignore[misc]
+        def compute_loss(
+            self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None
+        ) -> Any:
+            loss = fused_causal_lm_loss(
+                model, inputs, label_smoothing=label_smoothing, num_items_in_batch=num_items_in_batch
+            )
+            if self.args.average_tokens_across_devices and num_items_in_batch is not None:
+                loss = loss * self.accelerator.num_processes
+            return (loss, None) if return_outputs else loss
+
+    return FusedLossSFTTrainer
+
+
 def train_sft(spec: TrainSpec, settings: Settings, progress: Progress | None = None) -> TrainResult:
     """SFT on TRL's SFTTrainer, completion-only loss, with label smoothing (`label_smoothing`, default 0)."""
     trl = importlib.import_module("trl")
@@ -160,13 +185,14 @@ def train_sft(spec: TrainSpec, settings: Settings, progress: Progress | None = N
     model, tokenizer = _load_causal_lm(spec, settings)
     model = with_lora(model, spec, "CAUSAL_LM")
     smoothing = float(spec.options.get("label_smoothing", 0.0))
+    fused = use_fused_loss(spec.options, smoothing)
     config = trl.SFTConfig(
         **_common_args(spec, spec.learning_rate or (1e-4 if spec.lora else 1e-5)),
         completion_only_loss=True,
-        label_smoothing_factor=smoothing,
+        label_smoothing_factor=0.0 if fused else smoothing,
     )
     trainer = _quiet(
-        trl.SFTTrainer(
+        (_fused_sft_trainer(trl.SFTTrainer, smoothing) if fused else trl.SFTTrainer)(
             model=model,
             args=config,
             train_dataset=_dataset(rows),
@@ -176,7 +202,7 @@ def train_sft(spec: TrainSpec, settings: Settings, progress: Progress | None = N
     )
     resume, resumed_from = _resume_point(spec)
     trainer.train(resume_from_checkpoint=True if resume else None)
-    metrics = {"label_smoothing": smoothing, **loss_summary(_losses(trainer))}
+    metrics = {"label_smoothing": smoothing, "fused_ce": fused, **loss_summary(_losses(trainer))}
     return save_and_register(
         spec,
         settings,

@@ -1,0 +1,104 @@
+"""The fused linear cross-entropy in training: the same loss and gradients as the logits path, and wired into SFT."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from veriloop.testing import tiny_causal_lm
+from veriloop.training import losses
+from veriloop.training.fused_loss import fused_causal_lm_loss, use_fused_loss
+from veriloop.training.trl_trainers import _fused_sft_trainer
+
+
+def batch() -> dict[str, torch.Tensor]:
+    """Two rows, right-padded, with the prompt part of each ignored (completion-only SFT)."""
+    generator = torch.Generator().manual_seed(3)
+    ids = torch.randint(3, 259, (2, 24), generator=generator)
+    mask = torch.ones_like(ids)
+    mask[1, 18:] = 0
+    ids[1, 18:] = 0
+    labels = ids.clone()
+    labels[0, :10] = losses.IGNORE_INDEX
+    labels[1, :6] = losses.IGNORE_INDEX
+    labels[1, 18:] = losses.IGNORE_INDEX
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def naive_loss(model: Any, inputs: dict[str, torch.Tensor], smoothing: float) -> torch.Tensor:
+    logits = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits
+    return losses.label_smoothed_cross_entropy(logits[:, :-1], inputs["labels"][:, 1:], epsilon=smoothing)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_fused_loss_and_gradients_equal_the_logits_path_on_the_tiny_llama(smoothing: float) -> None:
+    model, _ = tiny_causal_lm(seed=0)
+    inputs = batch()
+    naive = naive_loss(model, inputs, smoothing)
+    naive.backward()
+    expected = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    fused = fused_causal_lm_loss(model, inputs, label_smoothing=smoothing)
+    fused.backward()
+    assert abs(fused.item() - naive.item()) < 1e-5
+    for name, parameter in model.named_parameters():
+        assert parameter.grad is not None
+        torch.testing.assert_close(parameter.grad, expected[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_fused_loss_divides_by_the_trainers_token_count() -> None:
+    model, _ = tiny_causal_lm(seed=0)
+    inputs = batch()
+    trained = int((inputs["labels"][:, 1:] != losses.IGNORE_INDEX).sum())
+    with torch.no_grad():
+        mean = fused_causal_lm_loss(model, inputs, label_smoothing=0.1)
+        summed = fused_causal_lm_loss(model, inputs, label_smoothing=0.1, num_items_in_batch=2 * trained)
+    assert abs(summed.item() - mean.item() / 2) < 1e-5
+
+
+def test_fused_option_defaults_to_label_smoothing() -> None:
+    assert use_fused_loss({}, 0.1) and not use_fused_loss({}, 0.0)
+    assert use_fused_loss({"fused_ce": "true"}, 0.0) and not use_fused_loss({"fused_ce": "false"}, 0.1)
+
+
+def test_sft_trainer_with_the_fused_loss_matches_trls_label_smoothing(tmp_path: Path) -> None:
+    """TRL's own label-smoothed loss (full logits) and the fused trainer's loss agree on the same batch."""
+    trl = importlib.import_module("trl")
+    datasets = importlib.import_module("datasets")
+    model, tokenizer = tiny_causal_lm(seed=0)
+    rows = [
+        {"prompt": "def add(a, b):\n", "completion": "    return a + b\n"},
+        {"prompt": "def neg(x):\n", "completion": "    return -x\n"},
+    ]
+    config = trl.SFTConfig(
+        output_dir=str(tmp_path / "sft"),
+        max_steps=1,
+        per_device_train_batch_size=2,
+        use_cpu=True,
+        bf16=False,
+        report_to=[],
+        completion_only_loss=True,
+        label_smoothing_factor=0.1,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    dataset = datasets.Dataset.from_list(rows)
+    reference = trl.SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer)
+    inputs = next(iter(reference.get_train_dataloader()))
+    assert bool((inputs["labels"] == losses.IGNORE_INDEX).any())  # the prompt tokens are not trained
+    config.label_smoothing_factor = 0.0
+    fused_trainer = _fused_sft_trainer(trl.SFTTrainer, 0.1)(
+        model=model, args=config, train_dataset=dataset, processing_class=tokenizer
+    )
+    with torch.no_grad():
+        expected = reference.compute_loss(model, dict(inputs))
+        got = fused_trainer.compute_loss(model, dict(inputs))
+    assert abs(got.item() - expected.item()) < 1e-5
+    fused_trainer.train()
+    assert fused_trainer.state.global_step == 1 and all(
+        torch.isfinite(torch.tensor(entry["loss"])) for entry in fused_trainer.state.log_history if "loss" in entry
+    )

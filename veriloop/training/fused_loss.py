@@ -1,0 +1,66 @@
+"""Causal-LM cross-entropy (with label smoothing) straight from the final hidden states.
+
+The trainers' label-smoothed SFT loss would otherwise materialise (tokens × vocabulary) logits, and
+TRL's label-smoothing path even runs the model twice (once for the loss, once for its metrics).
+Here the decoder stops at its final norm and `veriloop.kernels.fused_ce.linear_cross_entropy`
+takes those hidden states and the lm_head weight, chunked (or in Triton on CUDA), so the logits
+never exist in full. The result equals `losses.label_smoothed_cross_entropy` on the shifted logits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from veriloop.kernels.fused_ce import linear_cross_entropy
+from veriloop.training.losses import IGNORE_INDEX
+
+DECODER_INPUTS = ("input_ids", "attention_mask", "position_ids")
+
+
+def _unwrap(model: Any) -> Any:
+    """The transformers model under a PEFT wrapper (LoRA layers stay injected in its modules)."""
+    get_base = getattr(model, "get_base_model", None)
+    return get_base() if callable(get_base) else model
+
+
+def fused_causal_lm_loss(
+    model: Any,
+    inputs: Mapping[str, Any],
+    *,
+    label_smoothing: float = 0.0,
+    num_items_in_batch: int | torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Next-token loss of `inputs["labels"]` (IGNORE_INDEX skipped), without the full logits.
+
+    The mean over trained tokens, or their sum over `num_items_in_batch` when the trainer counts
+    tokens across gradient-accumulation steps (as `Trainer.compute_loss` does).
+    """
+    base = _unwrap(model)
+    decoder = base.get_decoder()
+    head = base.get_output_embeddings()
+    if head is None or getattr(head, "bias", None) is not None:
+        raise ValueError("the fused loss needs a bias-free lm_head (get_output_embeddings)")
+    kwargs = {key: inputs[key] for key in DECODER_INPUTS if inputs.get(key) is not None}
+    hidden = decoder(**kwargs, use_cache=False).last_hidden_state
+    labels = inputs["labels"]
+    shifted = torch.cat([labels[:, 1:], torch.full_like(labels[:, :1], IGNORE_INDEX)], dim=1)
+    if num_items_in_batch is None:
+        return linear_cross_entropy(
+            hidden, head.weight, shifted, label_smoothing=label_smoothing, ignore_index=IGNORE_INDEX
+        )
+    total = linear_cross_entropy(
+        hidden, head.weight, shifted, label_smoothing=label_smoothing, ignore_index=IGNORE_INDEX, reduction="sum"
+    )
+    count = torch.as_tensor(num_items_in_batch, device=total.device).clamp(min=1)
+    return total / count
+
+
+def use_fused_loss(options: Mapping[str, Any], label_smoothing: float) -> bool:
+    """The `fused_ce` option: auto (default: on when label smoothing is on), or a boolean."""
+    value = str(options.get("fused_ce", "auto")).strip().lower()
+    if value == "auto":
+        return label_smoothing > 0
+    return value not in ("0", "false", "no", "off", "")
