@@ -11,7 +11,7 @@ import torch
 import veriloop.kernels.commvq as commvq_module
 from veriloop.config import Settings, load_settings
 from veriloop.errors import ConfigError
-from veriloop.kernels.any4 import QuantLinear
+from veriloop.kernels.any4 import QuantLinear, dequant_matmul
 from veriloop.llm import embedded
 from veriloop.llm.batcher import ContinuousBatcher, SampleSpec, SpeculativePrefill
 from veriloop.llm.embedded import EmbeddedBackend
@@ -60,6 +60,11 @@ async def test_any4_setting_quantizes_the_backend_model_and_it_still_generates(
         assert all(m.qweight.method == "any4" for m in quantized)
         assert isinstance(backend.model.lm_head, torch.nn.Linear)
         assert backend.kernels["quantization"].relative_mse < 0.05
+        # on the CPU each layer keeps its dequantised weight; it computes what the dequantise-matmul computes
+        layer = quantized[0]
+        assert layer.dense is not None
+        x = torch.randn(3, layer.in_features)
+        torch.testing.assert_close(layer(x), dequant_matmul(x, layer.qweight, layer.bias, impl="torch"))
         [[completion]] = await backend.generate(["def add(a, b):"], SamplingParams(max_tokens=8, temperature=0.0))
         assert len(completion.token_ids) > 0 and completion.usage.completion_tokens == len(completion.token_ids)
     finally:

@@ -8,7 +8,8 @@ replaces it through `settings.llm.model`; `scheme:ID` specs (such as `checkpoint
 resolvers that higher layers register with `register_model_resolver`.
 
 `settings.llm` switches on the inference kernels (`apply_kernels`): weight quantization
-(`quantization`, any4 and its baselines, calibrated on `any4.CALIBRATION_TEXT`), a CommVQ KV cache
+(`quantization`, any4 and its baselines, calibrated on `any4.CALIBRATION_TEXT`; on the CPU the
+layers keep a dequantised copy, as no fused CPU kernel exists), a CommVQ KV cache
 (`kv_cache = "commvq"`, fitted once on that text's keys and values and cached under the cache dir,
 keyed by model and settings) and SpecPrefill for prompts of `SPECPREFILL_MIN_TOKENS` or more
 (`prefill = "specprefill"`, done by the batcher with the model's first layers as speculator).
@@ -304,6 +305,12 @@ def apply_kernels(model: Any, tokenizer: Any, settings: Settings, folder: Path) 
             "quantized %d linear layers to %s (relative MSE %.4f)", report.layers, llm.quantization, report.relative_mse
         )
         done["quantization"] = report
+        if next(model.parameters()).device.type == "cpu":
+            from veriloop.kernels.any4 import QuantLinear
+
+            for module in model.modules():
+                if isinstance(module, QuantLinear):
+                    module.materialize_(DTYPES[llm.dtype])
     if llm.kv_cache == "commvq":
         from veriloop.kernels.commvq import attach_commvq_
 
