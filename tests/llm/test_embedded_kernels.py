@@ -158,3 +158,27 @@ def test_batcher_prefills_long_prompts_speculatively_and_matches_the_kernel() ->
         assert short_out.token_ids == full.tokens
     finally:
         batcher.close()
+
+
+@pytest.mark.slow
+@pytest.mark.model
+async def test_the_real_model_with_nf4_weights_and_specprefill_answers_a_long_prompt(
+    model_home: Path, model_folder: Path
+) -> None:
+    """SmolLM2 built from settings: quantized layers, and a many-shot prompt prefilled by SpecPrefill."""
+    settings = load_settings(
+        paths={"home": model_home}, llm={"quantization": "nf4", "prefill": "specprefill", "torch_threads": 1}
+    )
+    backend = EmbeddedBackend.from_settings(settings)
+    try:
+        assert sum(isinstance(m, QuantLinear) for m in backend.model.modules()) == 30 * 7
+        shots = "".join(f"def add_{i}(a, b):\n    return a + b + {i}\n\n" for i in range(60))
+        prompt = shots + "def add_60(a, b):\n"
+        assert len(backend.encode(prompt)) >= embedded.SPECPREFILL_MIN_TOKENS
+        [[completion]] = await backend.generate([prompt], SamplingParams(max_tokens=12, temperature=0.0))
+        assert backend.batcher.speculative_prefills == 1
+        assert completion.usage.prompt_tokens == len(backend.encode(prompt))
+        # greedy SmolLM2 at keep 0.3 continues the pattern (it writes the next `def add_61`), the prompt's gist kept
+        assert "add_6" in completion.text or "return" in completion.text
+    finally:
+        await backend.aclose()
