@@ -102,3 +102,21 @@ def test_sft_trainer_with_the_fused_loss_matches_trls_label_smoothing(tmp_path: 
     assert fused_trainer.state.global_step == 1 and all(
         torch.isfinite(torch.tensor(entry["loss"])) for entry in fused_trainer.state.log_history if "loss" in entry
     )
+
+
+def test_fused_loss_through_a_lora_wrapper_equals_the_logits_path() -> None:
+    """LoRA trainers hand a PeftModel: the fused loss must run the adapted decoder, not the bare one."""
+    peft = importlib.import_module("peft")
+    model, _ = tiny_causal_lm(seed=0)
+    wrapped = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False))
+    inputs = batch()
+    naive = naive_loss(wrapped, inputs, 0.1)
+    naive.backward()
+    expected = {name: p.grad.clone() for name, p in wrapped.named_parameters() if p.grad is not None}
+    assert expected and all("lora" in name for name in expected)
+    wrapped.zero_grad()
+    fused = fused_causal_lm_loss(wrapped, inputs, label_smoothing=0.1)
+    fused.backward()
+    assert abs(fused.item() - naive.item()) < 1e-5
+    for name, grad in expected.items():
+        torch.testing.assert_close(wrapped.get_parameter(name).grad, grad, atol=1e-5, rtol=1e-4, msg=name)
