@@ -22,6 +22,7 @@ import hashlib
 import importlib.util
 import json
 import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
@@ -253,9 +254,14 @@ def _save_commvq(commvq: Any, path: Path) -> None:
         "value_scale": commvq.value_scale.cpu(),
         "head_dim": commvq.head_dim,
     }
-    tmp = path.with_suffix(f".{hashlib.sha256(str(id(state)).encode()).hexdigest()[:8]}.partial")
-    torch.save(state, tmp)
-    tmp.replace(path)  # atomic: a reader never sees half a file
+    handle, name = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".partial", dir=path.parent)
+    os.close(handle)
+    tmp = Path(name)
+    try:
+        torch.save(state, tmp)
+        tmp.replace(path)  # atomic: a reader never sees half a file, concurrent fitters each write their own
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _load_commvq(path: Path) -> Any:
