@@ -26,6 +26,19 @@ def _unwrap(model: Any) -> Any:
     return get_base() if callable(get_base) else model
 
 
+def _hidden_and_targets(model: Any, inputs: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Final hidden states (after the last norm), the lm_head weight, and the labels shifted to line up."""
+    base = _unwrap(model)
+    head = base.get_output_embeddings()
+    if head is None or getattr(head, "bias", None) is not None:
+        raise ValueError("the fused loss needs a bias-free lm_head (get_output_embeddings)")
+    kwargs = {key: inputs[key] for key in DECODER_INPUTS if inputs.get(key) is not None}
+    hidden = base.get_decoder()(**kwargs, use_cache=False).last_hidden_state
+    labels = inputs["labels"]
+    shifted = torch.cat([labels[:, 1:], torch.full_like(labels[:, :1], IGNORE_INDEX)], dim=1)
+    return hidden, head.weight, shifted
+
+
 def fused_causal_lm_loss(
     model: Any,
     inputs: Mapping[str, Any],
@@ -38,24 +51,21 @@ def fused_causal_lm_loss(
     The mean over trained tokens, or their sum over `num_items_in_batch` when the trainer counts
     tokens across gradient-accumulation steps (as `Trainer.compute_loss` does).
     """
-    base = _unwrap(model)
-    decoder = base.get_decoder()
-    head = base.get_output_embeddings()
-    if head is None or getattr(head, "bias", None) is not None:
-        raise ValueError("the fused loss needs a bias-free lm_head (get_output_embeddings)")
-    kwargs = {key: inputs[key] for key in DECODER_INPUTS if inputs.get(key) is not None}
-    hidden = decoder(**kwargs, use_cache=False).last_hidden_state
-    labels = inputs["labels"]
-    shifted = torch.cat([labels[:, 1:], torch.full_like(labels[:, :1], IGNORE_INDEX)], dim=1)
+    hidden, weight, shifted = _hidden_and_targets(model, inputs)
     if num_items_in_batch is None:
-        return linear_cross_entropy(
-            hidden, head.weight, shifted, label_smoothing=label_smoothing, ignore_index=IGNORE_INDEX
-        )
+        return linear_cross_entropy(hidden, weight, shifted, label_smoothing=label_smoothing, ignore_index=IGNORE_INDEX)
     total = linear_cross_entropy(
-        hidden, head.weight, shifted, label_smoothing=label_smoothing, ignore_index=IGNORE_INDEX, reduction="sum"
+        hidden, weight, shifted, label_smoothing=label_smoothing, ignore_index=IGNORE_INDEX, reduction="sum"
     )
     count = torch.as_tensor(num_items_in_batch, device=total.device).clamp(min=1)
     return total / count
+
+
+def fused_sequence_logps(model: Any, inputs: Mapping[str, Any]) -> torch.Tensor:
+    """log pi(y|x) per sequence (as `losses.sequence_logps`) from per-token fused cross-entropy, no full logits."""
+    hidden, weight, shifted = _hidden_and_targets(model, inputs)
+    per_token = linear_cross_entropy(hidden, weight, shifted, ignore_index=IGNORE_INDEX, reduction="none")
+    return -(per_token * (shifted != IGNORE_INDEX)).sum(dim=-1)
 
 
 def use_fused_loss(options: Mapping[str, Any], label_smoothing: float) -> bool:

@@ -38,6 +38,7 @@ from veriloop.training.common import (
     seed_everything,
     with_lora,
 )
+from veriloop.training.fused_loss import fused_sequence_logps, use_fused_loss
 
 T = TypeVar("T")
 
@@ -93,8 +94,11 @@ def _completion_mask(labels: torch.Tensor) -> torch.Tensor:
 # --------------------------------------------------------------------------- preference (EPA, NS-DPO)
 
 
-def _policy_logps(model: Any, items: Sequence[Encoded], pad_id: int) -> torch.Tensor:
+def _policy_logps(model: Any, items: Sequence[Encoded], pad_id: int, fused: bool = False) -> torch.Tensor:
+    """Sequence log-probs; `fused` (option `fused_ce=true`) never builds the full logits."""
     ids, mask, labels = pad_batch(items, pad_id)
+    if fused:
+        return fused_sequence_logps(model, {"input_ids": ids, "attention_mask": mask, "labels": labels})
     logits = model(input_ids=ids, attention_mask=mask).logits
     return losses.sequence_logps(logits, labels)
 
@@ -140,6 +144,7 @@ def train_preference_loop(spec: TrainSpec, settings: Settings, progress: Progres
     T = newest + 1, gamma from `options["gamma"]` (0.95).
     """
     loss_name = str(spec.options.get("loss", "sigmoid"))
+    fused = use_fused_loss(spec.options, 0.0)  # DPO's label smoothing is on the pair, not the tokens: opt in only
     if loss_name not in LOOP_PREFERENCE_LOSSES:
         raise ConfigError(f"preference loss {loss_name!r} is not one of {', '.join(LOOP_PREFERENCE_LOSSES)}")
     beta = float(spec.options.get("beta", 0.1))
@@ -166,7 +171,7 @@ def train_preference_loop(spec: TrainSpec, settings: Settings, progress: Progres
     def step_loss(step: int) -> tuple[torch.Tensor, dict[str, float]]:
         batch = _batch(order, step, spec.batch_size)
         flat = [item for index in batch for item in encoded[index]]
-        logps = _policy_logps(model, flat, tokenizer.pad_token_id).view(-1, 2)
+        logps = _policy_logps(model, flat, tokenizer.pad_token_id, fused).view(-1, 2)
         ref = reference[batch]
         chosen, rejected = logps[:, 0], logps[:, 1]
         if loss_name == "sigmoid":
@@ -178,7 +183,9 @@ def train_preference_loop(spec: TrainSpec, settings: Settings, progress: Progres
                 chosen, rejected, ref[:, 0], ref[:, 1], times[batch], current_time=current, beta=beta, gamma=gamma
             )
         else:
-            per = _epa_batch(model, tokenizer, batch, logps, ref, encoded, reference, prompt_keys, negatives, beta)
+            per = _epa_batch(
+                model, tokenizer, batch, logps, ref, encoded, reference, prompt_keys, negatives, beta, fused
+            )
         margin = ((chosen - ref[:, 0]) - (rejected - ref[:, 1])).detach()
         return per.mean(), {"margin": float(margin.mean()), "accuracy": float((margin > 0).float().mean())}
 
@@ -211,12 +218,13 @@ def _epa_batch(
     prompt_keys: list[str],
     negatives: dict[str, list[int]],
     beta: float,
+    fused: bool = False,
 ) -> torch.Tensor:
     """EPA per row: the row's own rejected plus the other rejected responses of its prompt as negatives."""
     extra_index = sorted({other for index in batch for other in negatives[prompt_keys[index]]} - set(batch))
     extra: dict[int, torch.Tensor] = {}
     if extra_index:
-        extra_logps = _policy_logps(model, [encoded[other][1] for other in extra_index], tokenizer.pad_token_id)
+        extra_logps = _policy_logps(model, [encoded[other][1] for other in extra_index], tokenizer.pad_token_id, fused)
         extra = {other: extra_logps[k] - reference[other, 1] for k, other in enumerate(extra_index)}
     in_batch = {index: logps[k, 1] - ref[k, 1] for k, index in enumerate(batch)}
     width = max(len(negatives[prompt_keys[index]]) for index in batch)
