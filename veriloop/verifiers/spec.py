@@ -94,19 +94,7 @@ def _match_close(text: str, start: int, open_ch: str, close_ch: str) -> int:
 
 def _typed_names(text: str) -> dict[str, str]:
     names: dict[str, str] = {}
-    depth, part, parts = 0, "", []
-    for ch in text:
-        if ch in "<([":
-            depth += 1
-        elif ch in ">)]":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append(part)
-            part = ""
-        else:
-            part += ch
-    parts.append(part)
-    for item in parts:
+    for item in _split_commas(text, opening="<([", closing=">)]"):
         if ":" in item:
             name, _, typ = item.partition(":")
             name = name.replace("ghost", "").strip()
@@ -237,12 +225,13 @@ def verus_contracts(code: str) -> list[Contract]:
     return found
 
 
-def _split_commas(text: str) -> list[str]:
+def _split_commas(text: str, opening: str = "([{", closing: str = ")]}") -> list[str]:
+    """Split on the commas that are not inside any of the `opening`/`closing` brackets."""
     parts, depth, part = [], 0, ""
     for ch in text:
-        if ch in "([{":
+        if ch in opening:
             depth += 1
-        elif ch in ")]}":
+        elif ch in closing:
             depth -= 1
         if ch == "," and depth == 0:
             parts.append(part)
