@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 
+from veriloop.agents.base import Agent, AgentOptions
 from veriloop.agents.context import AgentContext
 from veriloop.llm.codeblocks import CLOSING_FENCE, extract_code
 from veriloop.records import Attempt, ExecResult, Message, Node, SamplingParams, Task
@@ -85,3 +86,12 @@ async def solve(task: Task, ctx: AgentContext, params: SamplingParams = DEFAULT_
             seconds=time.perf_counter() - started,
         )
     )
+
+
+class DirectAgent(Agent[AgentOptions]):
+    """One greedy sample per task: the baseline every method is compared with."""
+
+    name = "direct"
+
+    async def solve(self, task: Task, ctx: AgentContext) -> Attempt:
+        return await solve(task, ctx)

@@ -1,0 +1,105 @@
+"""The seam between a method and the machinery that runs it: one `Agent` per method, registered by name.
+
+A method's folder (`agents/<method>/`) exposes an Agent subclass. The runner (`agents/runner.py`),
+the CLI (`veriloop run <method>`) and the service's workers all drive agents through this one
+shape, so a method never knows whether it runs from a terminal, a worker or a Ray actor.
+
+    agent = make_agent("mucode", {"turns": 3})             # options validated by the agent's model
+    attempt = await agent.solve(task, ctx)                 # one task, every step stored as nodes
+    attempts = await agent.run_suite(tasks, ctx, on_attempt)   # the whole suite (default: solve each)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, ClassVar, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from veriloop.agents.context import AgentContext
+from veriloop.errors import ConfigError
+from veriloop.records import Attempt, Task
+from veriloop.registry import Registry
+
+OnAttempt = Callable[[Attempt], Awaitable[None] | None]
+"""Called once per finished task; the runner uses it for progress bars and live events."""
+
+
+class AgentOptions(BaseModel):
+    """Base of every agent's options: strict, so a misspelt option is an error and not a silent default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    concurrency: int = Field(8, ge=1, description="Tasks in flight at once; their requests share the batcher.")
+
+
+OptionsT = TypeVar("OptionsT", bound=AgentOptions)
+
+
+class Agent(ABC, Generic[OptionsT]):
+    """A method: solves one task at a time, storing each step as a Node and returning the Attempt.
+
+    Methods whose unit of work is the whole suite (self-improvement rounds, training loops)
+    override `run_suite`; the default solves tasks concurrently, `options.concurrency` at a time.
+    """
+
+    name: ClassVar[str]
+    Options: ClassVar[type[AgentOptions]] = AgentOptions
+
+    def __init__(self, options: OptionsT | None = None) -> None:
+        self.options: OptionsT = options if options is not None else self.Options()  # type: ignore[assignment]
+
+    @abstractmethod
+    async def solve(self, task: Task, ctx: AgentContext) -> Attempt:
+        """Solve one task; store its nodes and its Attempt and return the Attempt."""
+
+    async def run_suite(
+        self, tasks: Sequence[Task], ctx: AgentContext, on_attempt: OnAttempt | None = None
+    ) -> list[Attempt]:
+        """Every task through `solve`, a bounded number at a time, reporting each as it finishes."""
+        gate = asyncio.Semaphore(self.options.concurrency)
+
+        async def one(task: Task) -> Attempt:
+            async with gate:
+                return await self.solve(task, ctx)
+
+        attempts: list[Attempt] = []
+        for finished in asyncio.as_completed([one(task) for task in tasks]):
+            attempt = await finished
+            attempts.append(attempt)
+            await notify(on_attempt, attempt)
+        return attempts
+
+
+async def notify(on_attempt: OnAttempt | None, attempt: Attempt) -> None:
+    """Call a progress callback that may be sync or async."""
+    if on_attempt is None:
+        return
+    result = on_attempt(attempt)
+    if inspect.isawaitable(result):
+        await result
+
+
+AGENTS: Registry[type[Agent[Any]]] = Registry(
+    "agent",
+    {
+        "direct": "veriloop.agents.direct:DirectAgent",
+        "mucode": "veriloop.agents.mucode:MuCodeAgent",
+        "alphaverus": "veriloop.agents.alphaverus:AlphaVerusAgent",
+        "f2strans": "veriloop.agents.f2strans:F2STransAgent",
+        "revise": "veriloop.agents.revise:ReviseAgent",
+    },
+)
+
+
+def make_agent(name: str, options: dict[str, Any] | None = None) -> Agent[Any]:
+    """The agent registered as `name`, with its options validated (bad options are a ConfigError)."""
+    agent_type = AGENTS.load(name)
+    try:
+        parsed = agent_type.Options.model_validate(options or {})
+    except ValueError as exc:
+        raise ConfigError(f"bad options for agent {name!r}: {exc}") from None
+    return agent_type(parsed)

@@ -1,0 +1,103 @@
+"""Create and execute runs: the one code path shared by `veriloop run`, `veriloop demo` and the workers.
+
+A run is created first (status pending, with the agent's validated options, the suite slice and
+the model in `run.settings`), then executed. Execution is resumable: tasks that already have a
+finished attempt in the run are skipped, so a run interrupted by a crash or a killed worker
+continues where it stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from veriloop.agents.base import OnAttempt, make_agent
+from veriloop.agents.context import AgentContext
+from veriloop.config import Settings
+from veriloop.llm.base import Backend
+from veriloop.records import Attempt, Run, RunStatus
+from veriloop.sandbox import Sandbox
+from veriloop.store import TrajectoryStore
+from veriloop.tasks import Suite, load_suite
+
+FINISHED_ATTEMPTS = frozenset({"passed", "failed"})
+
+
+def suite_of(run: Run, settings: Settings) -> Suite:
+    """The slice of the run's suite that the run covers."""
+    return load_suite(run.suite, settings).select(
+        limit=run.settings.get("limit"), ids=tuple(run.settings.get("task_ids") or ())
+    )
+
+
+def create_run(
+    store: TrajectoryStore,
+    settings: Settings,
+    *,
+    agent: str,
+    suite: str,
+    options: dict[str, Any] | None = None,
+    limit: int | None = None,
+    task_ids: Sequence[str] = (),
+    extra: dict[str, Any] | None = None,
+) -> Run:
+    """Validate the agent's options and the suite slice, store the tasks, and store a pending run."""
+    validated = make_agent(agent, options).options.model_dump(mode="json")
+    chosen = load_suite(suite, settings).select(limit=limit, ids=tuple(task_ids))
+    store.upsert_tasks(chosen.tasks)
+    run_settings: dict[str, Any] = {
+        "options": validated,
+        "limit": limit,
+        "task_ids": list(task_ids),
+        "suite_version": chosen.version,
+        "llm": settings.llm.model_dump(mode="json", exclude={"api_key"}),
+        "sandbox": settings.sandbox.backend,
+        **(extra or {}),
+    }
+    return store.create_run(Run(agent=agent, suite=suite, model=settings.llm.model, settings=run_settings))
+
+
+async def execute_run(
+    settings: Settings,
+    store: TrajectoryStore,
+    run_id: str,
+    *,
+    backend: Backend | None = None,
+    sandbox: Sandbox | None = None,
+    on_attempt: OnAttempt | None = None,
+) -> tuple[Run, list[Attempt]]:
+    """Run (or resume) a stored run to the end; returns the finished run and all of its attempts.
+
+    A backend or sandbox passed in stays open (the caller owns it); ones made here are closed here.
+    An exception marks the run failed with the error and propagates; cancellation marks it cancelled.
+    """
+    from veriloop.llm import get_backend
+    from veriloop.sandbox import get_sandbox
+
+    run = store.get_run(run_id)
+    agent = make_agent(run.agent, run.settings.get("options"))
+    suite = suite_of(run, settings)
+    done = {attempt.task_id for attempt in store.list_attempts(run.id) if attempt.status in FINISHED_ATTEMPTS}
+    todo = [task for task in suite.tasks if task.id not in done]
+    run = store.set_run_status(run.id, RunStatus.RUNNING)
+    own_backend, own_sandbox = backend is None, sandbox is None
+    try:
+        backend = backend if backend is not None else get_backend(settings)
+        sandbox = sandbox if sandbox is not None else get_sandbox(settings)
+        ctx = AgentContext(settings=settings, backend=backend, sandbox=sandbox, store=store, run=run)
+        await agent.run_suite(todo, ctx, on_attempt)
+        run = store.finish_run(run.id, RunStatus.FINISHED)
+    except BaseException as exc:
+        cancelled = not isinstance(exc, Exception)
+        status = RunStatus.CANCELLED if cancelled else RunStatus.FAILED
+        store.finish_run(run.id, status, error=f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        if own_backend and backend is not None:
+            await backend.aclose()
+        if own_sandbox and sandbox is not None:
+            await sandbox.aclose()
+    order = {task.id: index for index, task in enumerate(suite.tasks)}
+    attempts = [attempt for attempt in store.list_attempts(run.id) if attempt.task_id in order]
+    attempts.sort(key=lambda attempt: order[attempt.task_id])
+    return run, attempts
