@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from veriloop.agents.context import AgentContext
 from veriloop.errors import ConfigError
@@ -100,6 +100,7 @@ def make_agent(name: str, options: dict[str, Any] | None = None) -> Agent[Any]:
     agent_type = AGENTS.load(name)
     try:
         parsed = agent_type.Options.model_validate(options or {})
-    except ValueError as exc:
-        raise ConfigError(f"bad options for agent {name!r}: {exc}") from None
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'options'}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"bad options for agent {name!r}: {problems}") from None
     return agent_type(parsed)
