@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, TypedDict
 
 import pytest
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 
 from veriloop.agents.checkpoint import open_checkpointer, thread_id
@@ -33,10 +34,10 @@ async def test_an_interrupted_graph_resumes_from_the_store_database(
     store: TrajectoryStore, db_url: str, tmp_path: Path
 ) -> None:
     settings = load_settings(paths={"home": tmp_path}, store={"url": db_url})  # the migrated store's database
-    config = {"configurable": {"thread_id": thread_id("run", "task")}}
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id("run", "task")}}
     async with open_checkpointer(settings) as saver:
         interrupted = _graph().compile(checkpointer=saver, interrupt_before=["second"])
-        assert await interrupted.ainvoke({"steps": []}, config) == {"steps": ["first"]}
+        assert await interrupted.ainvoke(Counter(steps=[]), config) == {"steps": ["first"]}
     async with open_checkpointer(settings) as saver:  # a fresh connection, as after a restart
         resumed = _graph().compile(checkpointer=saver)
         assert await resumed.ainvoke(None, config) == {"steps": ["first", "second"]}
