@@ -221,3 +221,29 @@ class VerificationCacheRow(Base):
     result: Mapped[dict[str, Any]] = mapped_column(json_type())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     hits: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class JobRow(Base):
+    """A run waiting for, or held by, a worker: one row per run, leased so a dead worker's run is taken over.
+
+    `token` changes on every claim; heartbeats and completion only count when they carry the current
+    one, so a worker that lost its lease can no longer touch the job.
+    """
+
+    __tablename__ = "jobs"
+    __table_args__ = (Index("ix_jobs_status_created_at", "status", "created_at"),)
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), unique=True)
+    status: Mapped[str] = mapped_column(String(16))
+    worker: Mapped[str | None] = mapped_column(NAME)
+    token: Mapped[str | None] = mapped_column(String(64))
+    claims: Mapped[int] = mapped_column(Integer)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), index=True)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    error: Mapped[str | None] = mapped_column(SafeText())
+    extra: Mapped[dict[str, Any]] = _extra()
