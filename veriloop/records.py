@@ -253,6 +253,9 @@ class Attempt(Record):
     seconds: float = 0.0
     error: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
+    budget: dict[str, float] = Field(
+        default_factory=dict, description="Search cost: llm_calls, tokens, verifier_calls, verifier_s, wall_s."
+    )
 
 
 class LLMCall(Record):
