@@ -43,6 +43,10 @@ SUITES: Registry[SuiteLoader] = Registry(
     "suite",
     {
         "humaneval": "veriloop.tasks.humaneval:load_humaneval",
+        "humaneval-test": "veriloop.tasks.humaneval:load_humaneval_test",
+        "humaneval-train": "veriloop.tasks.humaneval:load_humaneval_train",
+        "mbpp": "veriloop.tasks.mbpp:load_mbpp",
+        "mbpp-train": "veriloop.tasks.mbpp:load_mbpp_train",
     },
 )
 
