@@ -43,6 +43,9 @@ SUITES: Registry[SuiteLoader] = Registry(
     "suite",
     {
         "humaneval": "veriloop.tasks.humaneval:load_humaneval",
+        "dafnybench-hints": "veriloop.tasks.dafny:load_dafnybench_hints",
+        "alphaverus-dafny2nagini": "veriloop.tasks.dafny:load_dafny_to_nagini",
+        "alphaverus-dafny2verus": "veriloop.tasks.dafny:load_dafny_to_verus",
         "humaneval-test": "veriloop.tasks.humaneval:load_humaneval_test",
         "humaneval-train": "veriloop.tasks.humaneval:load_humaneval_train",
         "mbpp": "veriloop.tasks.mbpp:load_mbpp",
