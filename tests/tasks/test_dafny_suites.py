@@ -60,7 +60,7 @@ def test_hints_filter_on_the_real_tool(tmp_path: Path) -> None:
     from veriloop.tasks.dafny import _keep_hints
 
     trivial = "method Id(x: int) returns (y: int)\n  ensures y == x\n{\n  y := x;\n}\n"
-    items = [
+    items: list[dict[str, Any]] = [
         {"key": "needs", "ground_truth": needs_hints.reference, "hints_removed": needs_hints.prompt},
         {"key": "trivial", "ground_truth": trivial, "hints_removed": trivial},
     ]
