@@ -193,6 +193,47 @@ def python_tests_job(
     )  # fmt: skip
 
 
+JAVAFX_PAIR = """package javafx.util;
+
+/** Stand-in for JavaFX's Pair (TransCoder's Java test programs import it; JavaFX is not installed). */
+public class Pair<K, V> implements java.io.Serializable {
+    private final K key;
+    private final V value;
+
+    public Pair(K key, V value) {
+        this.key = key;
+        this.value = value;
+    }
+
+    public K getKey() { return key; }
+
+    public V getValue() { return value; }
+
+    @Override
+    public String toString() { return key + "=" + value; }
+
+    @Override
+    public int hashCode() { return java.util.Objects.hashCode(key) * 13 + java.util.Objects.hashCode(value); }
+
+    @Override
+    public boolean equals(Object other) {
+        if (this == other) return true;
+        if (!(other instanceof Pair)) return false;
+        Pair<?, ?> pair = (Pair<?, ?>) other;
+        return java.util.Objects.equals(key, pair.key) && java.util.Objects.equals(value, pair.value);
+    }
+}
+"""
+"""javac finds this source beside the program (the class path is the work dir) and compiles it on demand."""
+
+
+def stand_ins(lang: Language, program: str) -> dict[str, str]:
+    """Library classes a test program imports that the toolchain lacks (only javafx.util.Pair so far)."""
+    if lang.name == "java" and "javafx.util.Pair" in program:
+        return {"javafx/util/Pair.java": JAVAFX_PAIR}
+    return {}
+
+
 PLACEHOLDERS = ("//TOFILL", "#TOFILL", "// TOFILL", "# TOFILL", "{{candidate}}")
 
 
@@ -214,6 +255,6 @@ def harness_job(name: str, toolchain: Toolchain, code: str, harness: str, *, lim
     source, steps, env = _base(lang, toolchain, program, limits)
     steps.append(Step(name="harness", argv=lang.run(toolchain, source, limits), python=lang.python))
     return Job(
-        files={source: program}, steps=steps, env=env, limits=limits, language=lang.name,
+        files={source: program, **stand_ins(lang, program)}, steps=steps, env=env, limits=limits, language=lang.name,
         checks=Checks(kind="harness"),
     )  # fmt: skip

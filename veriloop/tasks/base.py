@@ -46,6 +46,8 @@ SUITES: Registry[SuiteLoader] = Registry(
         "dafnybench-hints": "veriloop.tasks.dafny:load_dafnybench_hints",
         "alphaverus-dafny2nagini": "veriloop.tasks.dafny:load_dafny_to_nagini",
         "alphaverus-dafny2verus": "veriloop.tasks.dafny:load_dafny_to_verus",
+        "transcoder": "veriloop.tasks.transcoder:load_unitrans",
+        "transcoder-gfg": "veriloop.tasks.transcoder:load_gfg",
         "humaneval-test": "veriloop.tasks.humaneval:load_humaneval_test",
         "humaneval-train": "veriloop.tasks.humaneval:load_humaneval_train",
         "mbpp": "veriloop.tasks.mbpp:load_mbpp",

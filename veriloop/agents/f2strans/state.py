@@ -1,0 +1,53 @@
+"""F2STrans's options and graph state (plain JSON values, so LangGraph's savers checkpoint it as is)."""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+from pydantic import Field, model_validator
+
+from veriloop.agents.base import AgentOptions
+from veriloop.errors import ConfigError
+from veriloop.tasks.transcoder import EXTENSIONS
+
+
+class F2STransOptions(AgentOptions):
+    """One direction of translation, the repair budget and the sampling of the first turn."""
+
+    source: str = Field("cpp", description="Language translated from (--from): cpp, java, python, c, go, rust.")
+    target: str = Field("python", description="Language translated to (--to); its test program judges.")
+    turns: int = Field(3, ge=1, le=10, description="k: translate once, then repair with test feedback up to k-1 times.")
+    samples: int = Field(1, ge=1, le=16, description="Candidates drawn in the first turn; repairs continue the best.")
+    temperature: float = Field(
+        0.0, ge=0.0, le=2.0, description="First-turn temperature (0.8 is used when 0 and samples>1)."
+    )
+    max_tokens: int = Field(384, ge=16, le=4096, description="New tokens per reply at most.")
+    seed: int = Field(0, description="Sampling seed of the first turn.")
+    linter: bool = Field(True, description="Lint every candidate for its style score (ruff, gcc, javac).")
+    checkpoint: bool = Field(True, description="Checkpoint the graph in the store's database (resume by thread id).")
+
+    @model_validator(mode="after")
+    def _direction(self) -> F2STransOptions:
+        for side in (self.source, self.target):
+            if side not in EXTENSIONS:
+                raise ConfigError(f"unknown language {side!r}; choose one of: {', '.join(EXTENSIONS)}")
+        if self.source == self.target:
+            raise ConfigError("--from and --to must differ")
+        return self
+
+
+class TranslationState(TypedDict, total=False):
+    """One task's episode: the conversation so far, the replies waiting for tests, the nodes stored."""
+
+    task_id: str
+    turn: int
+    """Turns finished (a turn = one translate/repair request and the tests of its replies)."""
+    messages: list[dict[str, str]]
+    """The request of the coming turn (the first-turn prompt, then the repair conversation)."""
+    pending: list[dict[str, Any]]
+    """Completions of the current turn, as JSON, until `check` has tested and stored them."""
+    parent_id: str | None
+    node_ids: list[str]
+    best_node_id: str | None
+    passed: bool
+    tokens: int

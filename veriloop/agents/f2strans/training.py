@@ -1,0 +1,78 @@
+"""One F2STrans training round: functional SFT first, then style DPO on top of it (the paper's order).
+
+Joint training is reported worse than "functionality first, style second", so the DPO stage starts
+from the SFT checkpoint (`checkpoint:ID`) and its reference model is that checkpoint too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from veriloop.config import Settings
+from veriloop.store.exports import Row, write_rows
+from veriloop.training import train
+from veriloop.training.common import Progress, TrainSpec
+
+
+@dataclass
+class RoundSpec:
+    """Sizes of the round; LoRA and short runs keep it CPU-sized."""
+
+    sft_steps: int = 30
+    dpo_steps: int = 20
+    batch_size: int = 4
+    max_length: int = 384
+    lora: bool = True
+    lora_rank: int = 16
+    sft_learning_rate: float | None = None
+    dpo_learning_rate: float | None = None
+    beta: float = 0.1
+    seed: int = 0
+
+
+def train_round(
+    settings: Settings,
+    sft_rows: list[Row],
+    preference_rows: list[Row],
+    folder: Path,
+    spec: RoundSpec | None = None,
+    *,
+    base: str | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """SFT on the functional rows, then DPO on the style pairs; returns the final model spec and metrics."""
+    spec = spec or RoundSpec()
+    folder.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {"sft_rows": len(sft_rows), "preference_rows": len(preference_rows)}
+    model = base
+    if sft_rows:
+        data = write_rows(sft_rows, folder / "functional.jsonl", "jsonl")
+        done = train(
+            TrainSpec(method="sft", data=data, out=folder / "sft", model=model, lora=spec.lora,
+                      lora_rank=spec.lora_rank, steps=spec.sft_steps, batch_size=spec.batch_size,
+                      learning_rate=spec.sft_learning_rate, max_length=spec.max_length, seed=spec.seed,
+                      save_every=max(spec.sft_steps, 1)),
+            settings, progress,
+        )  # fmt: skip
+        model = f"checkpoint:{done.model_id}"
+        report["sft"] = {"model": model, "steps": done.steps, **_losses(done.metrics)}
+    if preference_rows:
+        data = write_rows(preference_rows, folder / "style.jsonl", "jsonl")
+        done = train(
+            TrainSpec(method="dpo", data=data, out=folder / "dpo", model=model, lora=spec.lora,
+                      lora_rank=spec.lora_rank, steps=spec.dpo_steps, batch_size=max(1, spec.batch_size // 2),
+                      learning_rate=spec.dpo_learning_rate, max_length=spec.max_length, seed=spec.seed,
+                      save_every=max(spec.dpo_steps, 1), options={"beta": spec.beta}),
+            settings, progress,
+        )  # fmt: skip
+        model = f"checkpoint:{done.model_id}"
+        report["dpo"] = {"model": model, "steps": done.steps, **_losses(done.metrics)}
+    report["model"] = model
+    return report
+
+
+def _losses(metrics: dict[str, Any]) -> dict[str, Any]:
+    keys = ("loss_first", "loss_last", "reward_accuracy_last", "reward_margin_last")
+    return {key: metrics[key] for key in keys if key in metrics}

@@ -1,0 +1,103 @@
+"""`veriloop run f2strans --from cpp --to python --suite transcoder`: translate, test, repair; CA and style.
+
+Suites: `transcoder` (UniTrans-cleaned TransCoder: C++, Java, Python) and `transcoder-gfg` (the
+original GfG scripts, also C, Go and Rust). Each task is one function in every language it has;
+the direction comes from --from/--to, and only functions having both sides are run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from veriloop.cli.app import JsonFlag, emit, state
+from veriloop.cli.run_cmd import ConcurrencyOption, LimitOption, TaskIdsOption, _execute, run_app
+
+
+@run_app.command("f2strans")
+def run_f2strans(
+    ctx: typer.Context,
+    source: Annotated[str, typer.Option("--from", help="Language translated from: cpp, java, python, c, go, rust.")] = (
+        "cpp"
+    ),
+    target: Annotated[str, typer.Option("--to", help="Language translated to (its test program judges).")] = "python",
+    suite: Annotated[str, typer.Option("--suite", help="Translation suite: transcoder or transcoder-gfg.")] = (
+        "transcoder"
+    ),
+    turns: Annotated[int, typer.Option("--turns", min=1, max=10, help="k: one translation plus k-1 repairs.")] = 3,
+    samples: Annotated[int, typer.Option("--samples", min=1, max=16, help="First-turn candidates.")] = 1,
+    temperature: Annotated[float, typer.Option("--temperature", min=0.0, help="First-turn temperature.")] = 0.0,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", min=16, help="New tokens per reply at most.")] = 384,
+    linter: Annotated[bool, typer.Option("--linter/--no-linter", help="Lint candidates for the style score.")] = True,
+    limit: LimitOption = None,
+    task: TaskIdsOption = None,
+    concurrency: ConcurrencyOption = 8,
+    as_json: JsonFlag = False,
+) -> None:
+    """Translate each function, compile and test it in the target language, repair with the feedback.
+
+    Reports computational accuracy (share of functions whose translation passes its tests) and the
+    mean style score (similarity to the human reference plus linter cleanliness) of the final answers.
+    """
+    from veriloop.agents.f2strans.data import summarize
+    from veriloop.agents.runner import create_run, suite_of
+    from veriloop.store import TrajectoryStore
+    from veriloop.tasks import load_suite
+    from veriloop.tasks.transcoder import has_direction
+
+    options: dict[str, Any] = {
+        "source": source, "target": target, "turns": turns, "samples": samples, "temperature": temperature,
+        "max_tokens": max_tokens, "linter": linter, "concurrency": concurrency,
+    }  # fmt: skip
+    settings = state(ctx).settings()
+    ids = list(task or [])
+    if not ids:
+        ids = [t.id for t in load_suite(suite, settings).tasks if has_direction(t, source, target)]
+    with TrajectoryStore.from_settings(settings) as store:
+        run = create_run(store, settings, agent="f2strans", suite=suite, options=options, limit=limit, task_ids=ids,
+                         extra={"direction": f"{source}->{target}"})  # fmt: skip
+    total = len(suite_of(run, settings).tasks)
+    finished, attempts, seconds = asyncio.run(_execute(settings, run, total))
+    with TrajectoryStore.from_settings(settings) as store:
+        summary = summarize(store, attempts)
+        styles = {a.task_id: _style(store, a.best_node_id) for a in attempts}
+    report = {
+        "run_id": finished.id, "agent": "f2strans", "suite": suite, "direction": f"{source}->{target}",
+        "model": finished.model, "status": finished.status.value, **summary, "seconds": round(seconds, 2),
+        "attempts": [{**a.model_dump(mode="json"), "style": styles[a.task_id]} for a in attempts],
+    }  # fmt: skip
+
+    def render(_: object) -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"f2strans {source}->{target}: {suite} on {finished.model}")
+        for column in ("task", "passed", "tests", "style", "tokens"):
+            table.add_column(column)
+        for attempt in attempts:
+            mark = (
+                "[green]yes[/]"
+                if attempt.status == "passed"
+                else f"[red]{'no' if attempt.status == 'failed' else attempt.status}[/]"
+            )
+            score = "-" if attempt.score is None else f"{attempt.score:.2f}"
+            style = styles[attempt.task_id]
+            table.add_row(attempt.task_id, mark, score, "-" if style is None else f"{style:.3f}", str(attempt.tokens))
+        out = Console(file=sys.stdout, soft_wrap=True)
+        out.print(table)
+        out.print(f"computational accuracy {summary['passed']}/{summary['n']}"
+                  f" = {summary['computational_accuracy']}, style {summary['style']}"
+                  f" (passing only: {summary['style_passing']}) in {seconds:.1f} s")  # fmt: skip
+        out.print(f"run id: {finished.id}  (details: veriloop runs show {finished.id})")
+
+    emit(report, as_json, render)
+
+
+def _style(store: Any, node_id: str | None) -> float | None:
+    if node_id is None:
+        return None
+    value = (store.get_node(node_id).metadata.get("style") or {}).get("score")
+    return None if value is None else float(value)
