@@ -114,7 +114,20 @@ class ServiceSettings(Section):
 
     host: str = Field("127.0.0.1", description="Interface `veriloop serve` binds.")
     port: int = Field(8000, ge=1, le=65535, description="Port `veriloop serve` binds.")
-    api_token: str | None = Field(None, description="When set, every endpoint but /health requires it.")
+    api_token: str | None = Field(
+        None, description="When set, every endpoint but /health requires it (also read from VERILOOP_API_TOKEN)."
+    )
+    workers: int = Field(
+        1,
+        ge=0,
+        le=64,
+        description="Job loops inside `veriloop serve`; 0 = the API only queues runs for `veriloop worker`.",
+    )
+    executor: str = Field("local", description="How a claimed run executes: local (this process) or ray.")
+    ray_address: str | None = Field(None, description="Ray cluster for the ray executor; None starts a local one.")
+    lease_s: float = Field(60.0, gt=0, description="A worker's claim on a run lasts this long unless renewed.")
+    heartbeat_s: float = Field(10.0, gt=0, description="How often a worker renews its lease (well under lease_s).")
+    poll_s: float = Field(1.0, gt=0, description="How often an idle worker looks for queued runs.")
 
 
 class VerifierSettings(Section):

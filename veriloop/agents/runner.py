@@ -4,10 +4,16 @@ A run is created first (status pending, with the agent's validated options, the 
 the model in `run.settings`), then executed. Execution is resumable: tasks that already have a
 finished attempt in the run are skipped, so a run interrupted by a crash or a killed worker
 continues where it stopped.
+
+Executors use two extra knobs: `only` restricts one call to a shard of the run's tasks (the Ray
+executor spreads a run over the cluster that way) with `finish=False` leaving the run's status to
+the coordinator, and cancelling the executing task with `PREEMPTED` as the message (a worker that
+lost its lease) stops it without marking the run, which another worker now holds.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,12 +21,26 @@ from veriloop.agents.base import OnAttempt, make_agent
 from veriloop.agents.context import AgentContext
 from veriloop.config import Settings
 from veriloop.llm.base import Backend
-from veriloop.records import Attempt, Run, RunStatus
+from veriloop.records import Attempt, Run, RunStatus, Task
 from veriloop.sandbox import Sandbox
 from veriloop.store import TrajectoryStore
 from veriloop.tasks import Suite, load_suite
 
 FINISHED_ATTEMPTS = frozenset({"passed", "failed"})
+
+PREEMPTED = "veriloop: preempted"
+"""Cancellation message meaning "another worker holds this run now": the run's status is left alone."""
+
+
+def preempted(exc: BaseException) -> bool:
+    """Whether `exc` is a cancellation sent with `PREEMPTED`."""
+    return isinstance(exc, asyncio.CancelledError) and PREEMPTED in exc.args
+
+
+def todo_tasks(store: TrajectoryStore, run: Run, suite: Suite) -> list[Task]:
+    """The run's tasks that have no finished attempt yet, in suite order."""
+    done = {attempt.task_id for attempt in store.list_attempts(run.id) if attempt.status in FINISHED_ATTEMPTS}
+    return [task for task in suite.tasks if task.id not in done]
 
 
 def suite_of(run: Run, settings: Settings) -> Suite:
@@ -65,11 +85,15 @@ async def execute_run(
     backend: Backend | None = None,
     sandbox: Sandbox | None = None,
     on_attempt: OnAttempt | None = None,
+    only: Sequence[str] | None = None,
+    finish: bool = True,
 ) -> tuple[Run, list[Attempt]]:
     """Run (or resume) a stored run to the end; returns the finished run and all of its attempts.
 
     A backend or sandbox passed in stays open (the caller owns it); ones made here are closed here.
-    An exception marks the run failed with the error and propagates; cancellation marks it cancelled.
+    An exception marks the run failed with the error and propagates; cancellation marks it cancelled
+    (unless it was sent with `PREEMPTED`). `only` limits this call to those task ids; with
+    `finish=False` the run's end status is left to the caller (a coordinator of several shards).
     """
     from veriloop.llm import get_backend
     from veriloop.sandbox import get_sandbox
@@ -77,8 +101,10 @@ async def execute_run(
     run = store.get_run(run_id)
     agent = make_agent(run.agent, run.settings.get("options"))
     suite = suite_of(run, settings)
-    done = {attempt.task_id for attempt in store.list_attempts(run.id) if attempt.status in FINISHED_ATTEMPTS}
-    todo = [task for task in suite.tasks if task.id not in done]
+    todo = todo_tasks(store, run, suite)
+    if only is not None:
+        wanted = set(only)
+        todo = [task for task in todo if task.id in wanted]
     run = store.set_run_status(run.id, RunStatus.RUNNING)
     own_backend, own_sandbox = backend is None, sandbox is None
     try:
@@ -86,8 +112,11 @@ async def execute_run(
         sandbox = sandbox if sandbox is not None else get_sandbox(settings)
         ctx = AgentContext(settings=settings, backend=backend, sandbox=sandbox, store=store, run=run)
         await agent.run_suite(todo, ctx, on_attempt)
-        run = store.finish_run(run.id, RunStatus.FINISHED)
+        if finish:
+            run = store.finish_run(run.id, RunStatus.FINISHED)
     except BaseException as exc:
+        if preempted(exc) or not finish:
+            raise
         cancelled = not isinstance(exc, Exception)
         status = RunStatus.CANCELLED if cancelled else RunStatus.FAILED
         store.finish_run(run.id, status, error=f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,184 @@
+"""The web dashboard: server-rendered pages (Jinja2, inline SVG charts, a little vanilla JS; no CDN).
+
+Pages read the same store the CLI, the demo and the workers write, so a run started anywhere shows
+up here; the run page follows a live run through `/api/runs/{id}/events` (server-sent events).
+
+    /                         runs table with filters, and a form that queues a new run
+    /runs/{id}                progress, pass rate per turn, pass@k, scores, error classes, slow/costly tasks
+    /runs/{id}/tree/{task}    one task's search tree, nodes coloured by score
+    /nodes/{id}               prompt, completion, code (diff against the parent, diagnostics on their lines),
+                              execution output, verifier verdict and the spec guard's
+    /compare?a=ID&b=ID        two runs side by side on the same suite
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from veriloop.agents.base import AGENTS
+from veriloop.config import Settings
+from veriloop.errors import NotFoundError
+from veriloop.records import RunStatus
+from veriloop.service.auth import COOKIE
+from veriloop.service.deps import settings_of, store_of
+from veriloop.service.views import (
+    diff_lines,
+    guard_verdict,
+    layout_tree,
+    overview,
+    pin_diagnostics,
+    run_ended,
+    run_row,
+    score_colour,
+    task_rows,
+)
+from veriloop.store import TrajectoryStore
+from veriloop.store.jobs import JobQueue
+from veriloop.tasks import SUITES
+
+router = APIRouter(include_in_schema=False)
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+_env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html"]), trim_blocks=True)
+_env.filters["pct"] = lambda value: "-" if value is None else f"{100 * value:.0f}%"
+_env.filters["secs"] = lambda value: "-" if value is None else f"{value:.1f} s"
+_env.filters["short"] = lambda value: (value or "")[:8]
+_env.filters["score"] = lambda value: "-" if value is None else f"{value:.2f}"
+_env.globals["colour"] = score_colour
+_env.filters["turn_items"] = lambda rows: [(f"turn {r.turn}", r.pass_rate, f"{100 * r.pass_rate:.0f}%") for r in rows]
+_env.filters["passk_items"] = lambda rows: [(f"pass@{r.k}", r.value, f"{100 * r.value:.0f}% ({r.tasks})") for r in rows]
+_env.filters["error_items"] = lambda counts: [(name, count, str(count)) for name, count in counts.items()]
+
+StoreDep = Annotated[TrajectoryStore, Depends(store_of)]
+SettingsDep = Annotated[Settings, Depends(settings_of)]
+
+
+def page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
+    return HTMLResponse(_env.get_template(name).render(**context), status_code=status)
+
+
+def not_found(message: str) -> HTMLResponse:
+    return page("error.html", 404, title="Not found", message=message)
+
+
+@router.get("/", response_class=HTMLResponse)
+def runs_page(
+    store: StoreDep,
+    agent: str | None = None,
+    suite: str | None = None,
+    status: str | None = None,
+) -> HTMLResponse:
+    statuses = [s.value for s in RunStatus]
+    chosen = status if status in statuses else None
+    runs = store.list_runs(agent=agent or None, suite=suite or None, status=chosen, limit=100)
+    rows = [run_row(store, run) for run in runs]
+    live = any(not run_ended(row.run) for row in rows)
+    return page(
+        "runs.html", title="Runs", rows=rows, live=live, agents=sorted(AGENTS), suites=sorted(SUITES),
+        statuses=statuses, filters={"agent": agent or "", "suite": suite or "", "status": chosen or ""},
+    )  # fmt: skip
+
+
+@router.get("/runs/{run_id}", response_class=HTMLResponse)
+def run_page(run_id: str, store: StoreDep, settings: SettingsDep) -> HTMLResponse:
+    try:
+        run = store.get_run(run_id)
+    except NotFoundError as exc:
+        return not_found(str(exc))
+    view = overview(store, run, settings)
+    job = JobQueue(store).get(run.id)
+    done = sum(1 for task in view.tasks if task.status in ("passed", "failed"))
+    return page("run.html", title=f"Run {run.id[:8]}", view=view, run=view.row.run, job=job, done=done,
+                ended=run_ended(view.row.run))  # fmt: skip
+
+
+@router.get("/runs/{run_id}/tree/{task_id:path}", response_class=HTMLResponse)
+def tree_page(run_id: str, task_id: str, store: StoreDep) -> HTMLResponse:
+    try:
+        run = store.get_run(run_id)
+        nodes = store.get_tree(run.id, task_id)
+    except NotFoundError as exc:
+        return not_found(str(exc))
+    if not nodes:
+        return not_found(f"run {run.id[:8]} has no nodes for task {task_id}")
+    placed = layout_tree(nodes)
+    width = max((p.x for p in placed), default=0) + 1
+    depth = max((p.y for p in placed), default=0) + 1
+    attempts = store.list_attempts(run.id, task_id)
+    best = attempts[-1].best_node_id if attempts else None
+    return page("tree.html", title=f"Tree {task_id}", run=run, task_id=task_id, placed=placed, width=width,
+                depth=depth, best=best, attempt=attempts[-1] if attempts else None)  # fmt: skip
+
+
+@router.get("/nodes/{node_id}", response_class=HTMLResponse)
+def node_page(node_id: str, store: StoreDep) -> HTMLResponse:
+    try:
+        node = store.get_node(node_id)
+    except NotFoundError as exc:
+        return not_found(str(exc))
+    parent = store.get_node(node.parent_id) if node.parent_id else None
+    children = [other for other in store.get_tree(node.run_id, node.task_id) if other.parent_id == node.id]
+    diagnostics = node.verify_result.diagnostics if node.verify_result else []
+    lines, loose = pin_diagnostics(node.code or "", diagnostics)
+    diff = diff_lines(parent.code or "", node.code or "") if parent is not None and parent.code is not None else None
+    return page("node.html", title=f"Node {node.id[:8]}", node=node, parent=parent, children=children, lines=lines,
+                loose=loose, diff=diff, guard=guard_verdict(node))  # fmt: skip
+
+
+@router.get("/compare", response_class=HTMLResponse)
+def compare_page(
+    store: StoreDep,
+    a: Annotated[str | None, Query()] = None,
+    b: Annotated[str | None, Query()] = None,
+) -> HTMLResponse:
+    runs = store.list_runs(limit=100)
+    context: dict[str, Any] = {"title": "Compare runs", "runs": runs, "a": a or "", "b": b or "", "pair": None}
+    if a and b:
+        try:
+            left, right = store.get_run(a), store.get_run(b)
+        except NotFoundError as exc:
+            return page("compare.html", 404, error=str(exc), **context)
+        if left.suite != right.suite:
+            context["error"] = (
+                f"the runs are on different suites ({left.suite} and {right.suite}); pick two runs of one"
+            )
+        left_tasks = {row.task_id: row for row in task_rows(store, left)}
+        right_tasks = {row.task_id: row for row in task_rows(store, right)}
+        ids = sorted(set(left_tasks) | set(right_tasks))
+        context["pair"] = {
+            "left": run_row(store, left),
+            "right": run_row(store, right),
+            "rows": [(task_id, left_tasks.get(task_id), right_tasks.get(task_id)) for task_id in ids],
+            "only_left": sum(1 for t in ids if _passed(left_tasks.get(t)) and not _passed(right_tasks.get(t))),
+            "only_right": sum(1 for t in ids if _passed(right_tasks.get(t)) and not _passed(left_tasks.get(t))),
+        }
+    return page("compare.html", **context)
+
+
+def _passed(row: Any) -> bool:
+    return row is not None and row.status == "passed"
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_page(next: str = "/") -> HTMLResponse:
+    return page("login.html", title="Sign in", next=next if next.startswith("/") else "/")
+
+
+@router.post("/login")
+async def login(request: Request) -> Response:
+    """Keep the token in an HTTP-only cookie; the middleware checks it on every later request.
+
+    The form is parsed here (URL-encoded) so the service needs no multipart package.
+    """
+    form = parse_qs((await request.body()).decode("utf-8", "replace"))
+    token = (form.get("token") or [""])[0]
+    target = (form.get("next") or ["/"])[0]
+    response = RedirectResponse(target if target.startswith("/") and not target.startswith("//") else "/", 303)
+    response.set_cookie(COOKIE, token, httponly=True, samesite="strict")
+    return response
