@@ -1,0 +1,212 @@
+"""AlphaVerus: self-improving translation with Treefinement and anti-hacking filters (ICML 2025).
+
+agent = AlphaVerusAgent(AlphaVerusOptions(iterations=2, width=8, depth=2))
+attempts = await agent.run_suite(tasks, ctx)     # translate / hints tasks: the self-improving loop
+attempt = await agent.solve(task, ctx)           # any task: inference, Treefinement from its prompt
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from typing import Any
+
+from veriloop.agents.alphaverus.graph import LoopContext, build_graph, search_id, task_mode
+from veriloop.agents.alphaverus.pools import SOLVED, Pools
+from veriloop.agents.alphaverus.problem import VerifierProblem
+from veriloop.agents.alphaverus.prompts import FENCE, LANGUAGE, fenced
+from veriloop.agents.alphaverus.state import AlphaVerusOptions, SuiteState
+from veriloop.agents.base import Agent, OnAttempt, notify
+from veriloop.agents.context import AgentContext
+from veriloop.errors import ConfigError
+from veriloop.llm.codeblocks import CLOSING_FENCE, extract_code
+from veriloop.records import Attempt, Message, Task
+from veriloop.search.budget import Spend
+from veriloop.search.engine import SearchConfig, SearchOutcome, run_search
+from veriloop.search.score import scorer_for
+from veriloop.verifiers import CachedVerifier, Verifier, get_verifier
+from veriloop.verifiers.tests import TestsVerifier
+
+__all__ = ["AlphaVerusAgent", "AlphaVerusOptions", "make_verifier", "target_of"]
+
+
+def target_of(task: Task, options: AlphaVerusOptions) -> str:
+    """The verifier that judges this task: the option, else the suite's, else `tests` for tested tasks."""
+    if options.target is not None:
+        return options.target
+    named = task.metadata.get("verifier")
+    if isinstance(named, str):
+        return named
+    if task.tests:
+        return "tests"
+    raise ConfigError(f"task {task.id} names no verifier: pass --target")
+
+
+def make_verifier(name: str, ctx: AgentContext, *, guard: bool | None = None) -> Verifier:
+    """The named verifier over the run's store cache; `tests` runs in the run's own sandbox."""
+    if name == "tests":
+        from veriloop.sandbox import default_limits
+
+        tests: Verifier = TestsVerifier(ctx.sandbox, default_limits(ctx.settings))
+        return CachedVerifier(tests, ctx.store) if ctx.settings.verifiers.cache else tests
+    return get_verifier(ctx.settings, name, store=ctx.store, guard=guard)
+
+
+INFERENCE = (
+    "Complete the following {language} program. Keep every signature, requires and ensures clause as given, and "
+    "reply with the whole program in one code block.\n\n{program}"
+)
+
+
+def inference_messages(task: Task, target: str, solved: Sequence[dict[str, Any]]) -> list[Message]:
+    """Inference prompt: solved pairs as few-shot turns, then the spec prefix to complete."""
+    if target == "tests":
+        from veriloop.agents.direct import prompt_messages
+
+        return prompt_messages(task)
+    messages: list[Message] = []
+    for pair in solved:
+        messages.append(Message(role="user", content=INFERENCE.format(
+            language=LANGUAGE[target], program=fenced(pair["source"], target))))  # fmt: skip
+        messages.append(Message(role="assistant", content=fenced(pair["target"], target)))
+    messages.append(Message(role="user", content=INFERENCE.format(
+        language=LANGUAGE[target], program=fenced(task.prompt, target))))  # fmt: skip
+    return messages
+
+
+def inference_program(task: Task, target: str, reply: str) -> str:
+    """A reply's program; a bare body is re-attached to the task's prefix (the original's `strip_body`)."""
+    if target == "tests":
+        from veriloop.agents.direct import program_from_reply
+
+        return program_from_reply(task, reply)
+    code = extract_code(reply, FENCE.get(target))
+    head = task.prompt.strip().splitlines()[0] if task.prompt.strip() else ""
+    return code if head and head.strip() in code else task.prompt + "\n" + code
+
+
+class AlphaVerusAgent(Agent[AlphaVerusOptions]):
+    """Exploration, Treefinement, filters and growing exemplar pools; inference mode for plain tasks."""
+
+    name = "alphaverus"
+    Options = AlphaVerusOptions
+
+    async def solve(self, task: Task, ctx: AgentContext) -> Attempt:
+        """Inference: Treefinement (or the chosen search) from the task's prompt, with the solved pool as few-shot."""
+        o = self.options
+        target = target_of(task, o)
+        started = time.perf_counter()
+        verifier = make_verifier(target, ctx)
+        try:
+            pools = Pools(ctx.store, target, ctx.run.id)
+            rng = random.Random(f"{o.seed}:inference:{task.id}")
+            solved = await asyncio.to_thread(pools.sample, SOLVED, 1 << 30, o.few_shot, rng, task.id)
+            problem = VerifierProblem(
+                task, verifier, scorer_for(target), inference_messages(task, target, solved), target=target,
+                history=o.history, program=lambda reply: inference_program(task, target, reply),
+            )  # fmt: skip
+            config = SearchConfig(
+                kind=o.search, width=o.width, depth=o.depth, temperature=o.temperature,
+                node_temperature=o.node_temperature, max_tokens=o.max_tokens, stop=(CLOSING_FENCE,), seed=o.seed,
+                verify_concurrency=o.verify_concurrency,
+            )  # fmt: skip
+            outcome = await run_search(
+                problem, ctx.backend, ctx.store, run_id=ctx.run.id, task_id=task.id, config=config,
+                search_id=search_id(ctx.run.id, task.id, "inference"), metadata={"phase": "inference"},
+            )  # fmt: skip
+        finally:
+            if target != "tests":
+                await verifier.aclose()
+        return await asyncio.to_thread(ctx.store.add_attempt, attempt_of(ctx, task.id, outcome, started))
+
+    async def run_suite(
+        self, tasks: Sequence[Task], ctx: AgentContext, on_attempt: OnAttempt | None = None
+    ) -> list[Attempt]:
+        o = self.options
+        looped = [t for t in tasks if o.mode == "translate" or (o.mode == "auto" and task_mode(t) != "inference")]
+        plain = [task for task in tasks if task not in looped]
+        attempts = await super().run_suite(plain, ctx, on_attempt) if plain else []
+        if looped:
+            attempts += await self.run_loop(looped, ctx, on_attempt)
+        return attempts
+
+    async def run_loop(
+        self, tasks: Sequence[Task], ctx: AgentContext, on_attempt: OnAttempt | None = None
+    ) -> list[Attempt]:
+        """The self-improving loop over `tasks` (one target language), checkpointed in the store's database."""
+        from veriloop.agents.checkpoint import open_checkpointer, thread_id
+
+        o = self.options
+        targets = {target_of(task, o) for task in tasks}
+        if len(targets) != 1:
+            raise ConfigError(f"one target per run, got {sorted(targets)}")
+        target = targets.pop()
+        if target == "tests":
+            raise ConfigError("the translation loop needs a formal target: dafny, nagini or verus")
+        started = time.perf_counter()
+        async with AsyncExitStack() as stack:
+            verifier = make_verifier(target, ctx)
+            bare = make_verifier(target, ctx, guard=False)
+            stack.push_async_callback(verifier.aclose)
+            stack.push_async_callback(bare.aclose)
+            loop = LoopContext(
+                agent=ctx, options=o, tasks={task.id: task for task in tasks}, target=target, verifier=verifier,
+                bare=bare, pools=Pools(ctx.store, target, ctx.run.id),
+            )  # fmt: skip
+            saver = await stack.enter_async_context(open_checkpointer(ctx.settings))
+            graph = build_graph().compile(checkpointer=saver)
+            config: Any = {
+                "configurable": {"thread_id": thread_id(ctx.run.id, "alphaverus")},
+                "recursion_limit": 4 * o.iterations + 10,
+            }
+            snapshot = await graph.aget_state(config)
+            if snapshot.next:
+                final = await graph.ainvoke(None, config, context=loop)
+            elif snapshot.values:
+                final = snapshot.values
+            else:
+                initial: SuiteState = {"iteration": 0, "iterations": o.iterations, "task_ids": [t.id for t in tasks]}
+                final = await graph.ainvoke(initial, config, context=loop)
+        state: SuiteState = final  # type: ignore[assignment]
+        attempts = []
+        for task in tasks:
+            attempt = loop_attempt(ctx, task.id, state, time.perf_counter() - started)
+            attempts.append(await asyncio.to_thread(ctx.store.add_attempt, attempt))
+            await notify(on_attempt, attempts[-1])
+        return attempts
+
+
+def attempt_of(ctx: AgentContext, task_id: str, outcome: SearchOutcome, started: float) -> Attempt:
+    best = outcome.best
+    return Attempt(
+        run_id=ctx.run.id,
+        task_id=task_id,
+        status="passed" if outcome.solved else "failed",
+        best_node_id=best.id if best is not None else None,
+        score=best.score if best is not None else None,
+        tokens=outcome.spend.tokens,
+        seconds=time.perf_counter() - started,
+        budget={**outcome.spend.as_dict(), "calls_to_success": outcome.calls_to_success or 0},
+    )
+
+
+def loop_attempt(ctx: AgentContext, task_id: str, state: SuiteState, seconds: float) -> Attempt:
+    accepted = state.get("accepted", {}).get(task_id)
+    best = accepted or state.get("best", {}).get(task_id)
+    score = None
+    if best is not None:
+        score = 1.0 if accepted else ctx.store.get_node(best).score
+    spend = Spend.from_dict(state.get("spend", {}).get(task_id, {}))
+    return Attempt(
+        run_id=ctx.run.id,
+        task_id=task_id,
+        status="passed" if accepted else "failed",
+        best_node_id=best,
+        score=score,
+        tokens=spend.tokens,
+        seconds=seconds,
+        budget=spend.as_dict(),
+    )

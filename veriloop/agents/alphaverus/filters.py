@@ -1,0 +1,166 @@
+"""AlphaVerus's defences against misaligned programs (research notes §1.3), beyond the verifier's spec guard.
+
+- Exploit model: shown only the spec prefix of the last method (everything up to its opening brace), an
+  LLM proposes trivial bodies; any that verifies (0 errors, > 0 verified) marks the spec misaligned.
+- Equivalence judge: n votes on "do the two programs compute the same results?"; the translation is faulty
+  when `no >= yes` or `no >= 3` (an unreadable answer counts for neither).
+
+Every probe and vote is stored as a Node under the candidate (roles `exploit`, `judge`): the critiques.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from veriloop.agents.alphaverus.prompts import FENCE, exploit_messages, judge_answer, judge_messages
+from veriloop.llm.base import Backend
+from veriloop.llm.codeblocks import extract_code
+from veriloop.records import Candidate, Message, Node, SamplingParams, Task, VerifyStatus
+from veriloop.store import TrajectoryStore
+from veriloop.verifiers.base import Verifier
+from veriloop.verifiers.spec import dafny_contracts, nagini_contracts, verus_contracts
+
+EXPLOIT_PARAMS = SamplingParams(temperature=0.7, max_tokens=128)
+JUDGE_PARAMS = SamplingParams(temperature=0.7, max_tokens=384)
+
+
+def faulty(yes: int, no: int) -> bool:
+    """The judge's rule: reject when `no >= yes` or `no >= 3`."""
+    return no >= yes or no >= 3
+
+
+@dataclass
+class Split:
+    """A program cut at the last method's body: the spec prefix (through `{`) and what follows the body."""
+
+    prefix: str
+    suffix: str
+    indent: str = ""
+
+
+def split_spec(code: str, target: str) -> Split | None:
+    """The prefix the exploit model sees, or None when the program has no method with a body and a contract."""
+    if target == "nagini":
+        try:
+            contracts = [c for c in nagini_contracts(code) if c.body is not None and (c.requires or c.ensures)]
+        except SyntaxError:
+            return None
+        if not contracts:
+            return None
+        last = max(contracts, key=lambda c: c.header[0])
+        assert last.body is not None
+        lines = code.splitlines()
+        first, end = last.body
+        indent = re.match(r"\s*", lines[first - 1]).group(0)  # type: ignore[union-attr]
+        return Split("\n".join(lines[: first - 1]) + "\n", "\n".join(lines[end:]), indent)
+    reader = dafny_contracts if target == "dafny" else verus_contracts
+    kinds = ("method",) if target == "dafny" else ("fn",)
+    contracts = [c for c in reader(code) if c.kind in kinds and c.body is not None and c.name != "main"]
+    contracts = [c for c in contracts if c.requires or c.ensures]
+    if not contracts:
+        return None
+    last = max(contracts, key=lambda c: c.body[0] if c.body else 0)
+    assert last.body is not None
+    start, end = last.body
+    return Split(code[: start + 1], code[end + 1 :])
+
+
+def with_body(split: Split, reply: str, target: str) -> str:
+    """The spec prefix completed by a proposed body (closing brace added when the reply leaves it open)."""
+    body = extract_code(reply, FENCE.get(target)).rstrip()
+    if target == "nagini":
+        lines = [line if line.startswith(split.indent) or not line.strip() else split.indent + line.lstrip()
+                 for line in body.splitlines()]  # fmt: skip
+        return split.prefix + "\n".join(lines) + "\n" + split.suffix
+    depth = body.count("{") - body.count("}")
+    closing = "\n}" if depth >= 0 else ""
+    return f"{split.prefix}\n{body}{closing}{split.suffix}"
+
+
+@dataclass
+class Verdict:
+    """A filter's decision on one candidate, with the evidence kept as critiques."""
+
+    rejected: bool
+    reason: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+    exploits: list[str] = field(default_factory=list)
+
+
+async def exploit_check(
+    candidate: Node,
+    task: Task,
+    target: str,
+    backend: Backend,
+    verifier: Verifier,
+    store: TrajectoryStore,
+    *,
+    samples: int,
+    critics: Sequence[dict[str, Any]] = (),
+    params: SamplingParams = EXPLOIT_PARAMS,
+) -> Verdict:
+    """Ask for `samples` trivial bodies of the candidate's spec; any that verifies rejects the candidate."""
+    split = split_spec(candidate.code or "", target)
+    if split is None or samples == 0:
+        return Verdict(False, "no spec to exploit" if split is None else "exploit model off")
+    messages = exploit_messages(split.prefix, target, critics)
+    [completions] = await backend.generate([messages], params.model_copy(update={"n": samples}))
+    programs = [with_body(split, completion.text, target) for completion in completions]
+    results = await asyncio.gather(
+        *(verifier.verify(Candidate(task_id=task.id, code=code, language=task.language), task) for code in programs)
+    )
+    exploits: list[str] = []
+    nodes = []
+    for completion, code, result in zip(completions, programs, results, strict=True):
+        works = result.status is VerifyStatus.VERIFIED and result.errors == 0 and result.verified > 0
+        if works:
+            exploits.append(code)
+        nodes.append(
+            Node(
+                run_id=candidate.run_id, task_id=candidate.task_id, parent_id=candidate.id, depth=candidate.depth + 1,
+                role="exploit", messages=messages, completion=completion, code=code, verify_result=result,
+                score=1.0 if works else 0.0, metadata={"critique": "exploit", "exploits_spec": works},
+            )
+        )  # fmt: skip
+    await asyncio.to_thread(store.add_nodes, nodes)
+    if exploits:
+        return Verdict(True, f"the spec admits a trivial body ({len(exploits)} of {samples} verified)",
+                       {"exploits": len(exploits), "samples": samples, "prefix": split.prefix}, exploits)  # fmt: skip
+    return Verdict(False, "no trivial body verified", {"exploits": 0, "samples": samples})
+
+
+async def judge_check(
+    candidate: Node,
+    source: str,
+    target: str,
+    source_language: str,
+    backend: Backend,
+    store: TrajectoryStore,
+    *,
+    votes: int,
+    params: SamplingParams = JUDGE_PARAMS,
+) -> Verdict:
+    """`votes` judge samples on whether the candidate computes what the source computes; the rule decides."""
+    if votes == 0:
+        return Verdict(False, "judge off")
+    messages: list[Message] = judge_messages(candidate.code or "", source, target, source_language)
+    [completions] = await backend.generate([messages], params.model_copy(update={"n": votes}))
+    answers = [judge_answer(completion.text) for completion in completions]
+    yes, no = answers.count("yes"), answers.count("no")
+    nodes = [
+        Node(
+            run_id=candidate.run_id, task_id=candidate.task_id, parent_id=candidate.id, depth=candidate.depth + 1,
+            role="judge", messages=messages, completion=completion, code=None,
+            score=1.0 if answer == "yes" else 0.0, metadata={"critique": "judge", "answer": answer},
+        )
+        for completion, answer in zip(completions, answers, strict=True)
+    ]  # fmt: skip
+    await asyncio.to_thread(store.add_nodes, nodes)
+    details = {"yes": yes, "no": no, "unreadable": votes - yes - no, "votes": votes}
+    if faulty(yes, no):
+        return Verdict(True, f"equivalence judge: {yes} yes, {no} no of {votes}", details)
+    return Verdict(False, f"equivalence judge: {yes} yes, {no} no of {votes}", details)

@@ -1,0 +1,59 @@
+"""AlphaVerus's options and the graph's state (plain JSON values, so LangGraph can checkpoint them)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypedDict
+
+from pydantic import Field
+
+from veriloop.agents.base import AgentOptions
+from veriloop.search.engine import SearchKind
+
+Target = Literal["dafny", "nagini", "verus"]
+
+
+class AlphaVerusOptions(AgentOptions):
+    """AlphaVerus's knobs; defaults are the paper's code scaled to the embedded model on two cores."""
+
+    source: Literal["dafny"] = Field("dafny", description="Language of the source programs.")
+    target: Target | None = Field(None, description="Target verifier; None takes it from the suite's tasks.")
+    mode: Literal["auto", "translate", "inference"] = Field(
+        "auto", description="translate: the self-improving loop; inference: Treefinement from the task's prompt."
+    )
+    iterations: int = Field(1, ge=1, le=50, description="Self-improvement rounds (exploration, tree, filter).")
+    explore_samples: int = Field(8, ge=1, le=256, description="Translations sampled per program per round.")
+    width: int = Field(8, ge=1, le=256, description="Treefinement width (nodes per depth).")
+    depth: int = Field(2, ge=1, le=32, description="Treefinement depth.")
+    search: SearchKind = Field("treefinement", description="Tree phase search: treefinement, breadth, beam, ...")
+    temperature: float = Field(0.7, ge=0.0, le=2.0, description="Sampling temperature of generation.")
+    node_temperature: float = Field(0.1, gt=0.0, description="Softmax temperature over node scores.")
+    max_tokens: int = Field(512, ge=16, le=8192, description="New tokens per program sample.")
+    history: int = Field(1, ge=1, le=10, description="Refinement turns kept in a node's prompt history.")
+    few_shot: int = Field(4, ge=0, le=100, description="Most exemplars of each pool shown in one prompt.")
+    exploit_samples: int = Field(4, ge=0, le=64, description="Trivial bodies the exploit model proposes; 0 = off.")
+    judge_votes: int = Field(4, ge=0, le=32, description="Equivalence judge samples; 0 = off.")
+    max_candidates: int = Field(6, ge=1, le=32, description="Solved candidates tried by the filters per program.")
+    verify_concurrency: int = Field(2, ge=1, le=64, description="Verifier runs in flight at once.")
+    seed: int = Field(0, description="Seed of exemplar sampling and frontier draws.")
+
+
+class SuiteState(TypedDict, total=False):
+    """What the loop carries from phase to phase and round to round (node ids, not nodes)."""
+
+    iteration: int
+    iterations: int
+    task_ids: list[str]
+    candidates: dict[str, list[str]]
+    """Solved (pre-filter) candidate node ids of this round, per task."""
+    partial: dict[str, str]
+    """Best partially verified node of this round, per unsolved task."""
+    accepted: dict[str, str]
+    """Task -> the node that passed every filter (a task is solved once)."""
+    best: dict[str, str]
+    """Task -> the best-scoring node seen so far (what an unsolved task's attempt points at)."""
+    triplets: dict[str, list[dict[str, Any]]]
+    """Error triplets of this round's tree successes, kept only when their fix survives the filters."""
+    rejections: dict[str, int]
+    """Candidates rejected per filter: exploit, judge."""
+    spend: dict[str, dict[str, float]]
+    """Budget spent per task (LLM calls, tokens, verifier calls and seconds, wall seconds)."""
