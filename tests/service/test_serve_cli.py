@@ -28,12 +28,18 @@ def test_serve_announces_answers_and_stops_cleanly(tmp_path: Path, sig: signal.S
     if as_json:
         assert json.loads(first) == {
             "url": server.url,
+            "dashboard_url": f"{server.url}/",
+            "api_url": f"{server.url}/api",
             "openai_base_url": server.base_url,
             "backend": "scripted",
             "model": "smollm2-135m-instruct",
+            "workers": "1",
         }
     else:
-        assert first.startswith(f"veriloop serving on {server.url} (OpenAI-compatible API at {server.base_url};")
+        assert first.startswith(
+            f"veriloop serving on {server.url}: dashboard {server.url}/, REST API {server.url}/api,"
+        )
+        assert f"OpenAI-compatible API {server.base_url} (backend scripted" in first
     assert f"stopped on {sig.name}" in output
     assert "Traceback" not in output
 

@@ -1,4 +1,4 @@
-"""Running the app under uvicorn: bind first, build the backend, serve until SIGINT or SIGTERM."""
+"""Running the app under uvicorn: bind first, build the backend, serve (API, dashboard, job loops) until a signal."""
 
 from __future__ import annotations
 
@@ -57,8 +57,9 @@ async def _announce(server: _Server, info: dict[str, str], as_json: bool) -> Non
         sys.stdout.write(json.dumps(info) + "\n")
     else:
         sys.stdout.write(
-            f"veriloop serving on {info['url']} (OpenAI-compatible API at {info['openai_base_url']}; "
-            f"backend {info['backend']}, model {info['model']}); Ctrl-C stops\n"
+            f"veriloop serving on {info['url']}: dashboard {info['dashboard_url']}, REST API {info['api_url']}, "
+            f"OpenAI-compatible API {info['openai_base_url']} (backend {info['backend']}, model {info['model']}, "
+            f"{info['workers']} job loops); Ctrl-C stops\n"
         )
     sys.stdout.flush()
 
@@ -72,11 +73,20 @@ async def serve(settings: Settings, *, as_json: bool = False) -> int | None:
     except BaseException:
         sock.close()
         raise
-    app = create_app(settings, backend=backend)  # the app's lifespan closes the backend at shutdown
+    # The app's lifespan closes the backend at shutdown and runs `service.workers` job loops beside the API.
+    app = create_app(settings, backend=backend, workers=settings.service.workers)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=10)
     server = _Server(config)
     url = base_url(host, port)
-    info = {"url": url, "openai_base_url": f"{url}/v1", "backend": backend.name, "model": backend.model_id}
+    info = {
+        "url": url,
+        "dashboard_url": f"{url}/",
+        "api_url": f"{url}/api",
+        "openai_base_url": f"{url}/v1",
+        "backend": backend.name,
+        "model": backend.model_id,
+        "workers": str(settings.service.workers),
+    }
     announcer = asyncio.create_task(_announce(server, info, as_json))
     try:
         await server.serve(sockets=[sock])
