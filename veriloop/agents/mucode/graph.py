@@ -1,0 +1,244 @@
+"""μCode's multi-turn best-of-N episode as a LangGraph graph.
+
+    generate  -> N replies from the history (first turn: the problem and its public tests)
+    execute   -> public tests of each reply in the sandbox
+    select    -> scores (pt, lv, pt+lv = 100 x public pass + verifier, random); every candidate is stored
+                 as a Node under the previous turn's chosen node, the chosen one marked
+    passed the public tests, or turn == turns?  -> final (private tests decide the attempt)
+    otherwise -> feedback (the public feedback becomes the next user turn) -> generate
+
+Nodes take the run's backend, sandbox, store and verifier from the graph's context (`Deps`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import zlib
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+
+from veriloop.agents.context import AgentContext
+from veriloop.agents.mucode import prompts
+from veriloop.agents.mucode.state import MuCodeOptions, MuCodeState, Played, Sample
+from veriloop.llm.codeblocks import CLOSING_FENCE
+from veriloop.records import ExecResult, Node, SamplingParams, Task, new_id
+from veriloop.sandbox import default_limits
+from veriloop.sandbox.languages import python_tests_job
+
+ORACLE_WEIGHT = 100.0
+"""beta_O of the paper: a passing test outweighs any verifier score; the verifier breaks ties."""
+
+
+class Scorer(Protocol):
+    """A learned verifier as the graph uses it: R(problem, reply) for each reply."""
+
+    async def score(self, task: Task, replies: list[str]) -> list[float]: ...
+
+
+class ThreadedVerifier:
+    """Runs a synchronous verifier (`LearnedVerifier`) on a worker thread, so generation keeps going."""
+
+    def __init__(self, verifier: Any) -> None:
+        self.verifier = verifier
+
+    async def score(self, task: Task, replies: list[str]) -> list[float]:
+        prompt = [{"role": "user", "content": prompts.first_turn(task).content}]
+        scores: list[float] = await asyncio.to_thread(self.verifier.score, prompt, replies)
+        return scores
+
+
+@dataclass
+class Deps:
+    """What the nodes need; one per run (or per training rollout batch)."""
+
+    ctx: AgentContext
+    options: MuCodeOptions
+    verifier: Scorer | None = None
+
+
+def stable_seed(*parts: object) -> int:
+    """A seed from the parts' text, the same in every process (Python's hash() is salted)."""
+    return zlib.crc32(":".join(str(part) for part in parts).encode())
+
+
+def selection_scores(samples: list[Sample], rule: str) -> list[float]:
+    """The score each candidate is ranked by under `rule` (random ranks by nothing and is drawn separately)."""
+    scores = []
+    for sample in samples:
+        public = 1.0 if sample.public_passed else 0.0
+        learned = sample.verifier if sample.verifier is not None else 0.0
+        if rule == "pt":
+            scores.append(public)
+        elif rule == "lv":
+            scores.append(learned)
+        elif rule == "pt+lv":
+            scores.append(ORACLE_WEIGHT * public + learned)
+        else:
+            scores.append(0.0)
+    return scores
+
+
+def choose(samples: list[Sample], rule: str, rng: random.Random) -> int:
+    """Index of the kept candidate: the best score (first on ties), or a uniform draw for `random`."""
+    if rule == "random":
+        return rng.randrange(len(samples))
+    scores = selection_scores(samples, rule)
+    return max(range(len(samples)), key=lambda index: (scores[index], -index))
+
+
+async def run_tests(task: Task, code: str, tests: str, ctx: AgentContext) -> ExecResult:
+    job = python_tests_job(
+        ctx.sandbox.toolchain, code, tests, entry_point=task.entry_point, limits=default_limits(ctx.settings)
+    )
+    return await ctx.sandbox.run(job)
+
+
+def _public_tests(task: Task) -> str:
+    return task.public_tests if task.public_tests is not None else task.tests
+
+
+async def generate(state: MuCodeState, runtime: Runtime[Deps]) -> dict[str, Any]:
+    deps = runtime.context
+    options, task, turn = deps.options, state["task"], state["turn"]
+    played = state.get("played", [])
+    messages = prompts.turn_messages(task, [step.exchange for step in played], options.history)
+    temperature = options.first_temperature() if turn == 1 else options.later_temperature()
+    params = SamplingParams(
+        n=options.n,
+        temperature=temperature,
+        max_tokens=options.max_tokens,
+        stop=[CLOSING_FENCE],
+        seed=stable_seed(options.seed, task.id, state.get("rollout", 0), turn),
+    )
+    [completions] = await deps.ctx.backend.generate([messages], params)
+    samples = [
+        Sample(node_id=new_id(), messages=messages, completion=completion, code=prompts.program(task, completion.text))
+        for completion in completions
+    ]
+    tokens = sum(completion.usage.completion_tokens for completion in completions)
+    tokens += completions[0].usage.prompt_tokens if completions else 0
+    return {"samples": samples, "tokens": tokens}
+
+
+async def execute(state: MuCodeState, runtime: Runtime[Deps]) -> dict[str, Any]:
+    ctx, task = runtime.context.ctx, state["task"]
+    samples = state["samples"]
+    results = await asyncio.gather(*(run_tests(task, sample.code, _public_tests(task), ctx) for sample in samples))
+    for sample, result in zip(samples, results, strict=True):
+        sample.public = result
+    return {"samples": samples}
+
+
+async def select(state: MuCodeState, runtime: Runtime[Deps]) -> dict[str, Any]:
+    deps = runtime.context
+    options, task, turn, samples = deps.options, state["task"], state["turn"], state["samples"]
+    if deps.verifier is not None:
+        scores = await deps.verifier.score(task, [prompts.as_reply(sample.code) for sample in samples])
+        for sample, value in zip(samples, scores, strict=True):
+            sample.verifier = value
+    rule = options.select
+    for sample, value in zip(samples, selection_scores(samples, rule), strict=True):
+        sample.score = value
+    rng = random.Random(stable_seed("select", options.seed, task.id, state.get("rollout", 0), turn))
+    index = choose(samples, rule, rng)
+    chosen = samples[index]
+    nodes = [
+        Node(
+            id=sample.node_id,
+            run_id=deps.ctx.run.id,
+            task_id=task.id,
+            parent_id=state.get("parent_id"),
+            depth=turn - 1,
+            role="generate" if turn == 1 else "refine",
+            messages=sample.messages,
+            completion=sample.completion,
+            code=sample.code,
+            exec_result=sample.public,
+            score=sample.score,
+            metadata={
+                "turn": turn,
+                "candidate": position,
+                "rollout": state.get("rollout", 0),
+                "tests": "public",
+                "public_passed": sample.public_passed,
+                "verifier_score": sample.verifier,
+                "select": rule,
+                "selected": position == index,
+            },
+        )
+        for position, sample in enumerate(samples)
+    ]
+    deps.ctx.store.add_nodes(nodes)
+    return {"chosen": chosen}
+
+
+def after_select(state: MuCodeState, runtime: Runtime[Deps]) -> Literal["final", "feedback"]:
+    chosen = state.get("chosen")
+    if chosen is not None and chosen.public_passed:
+        return "final"
+    return "final" if state["turn"] >= runtime.context.options.turns else "feedback"
+
+
+async def feedback(state: MuCodeState, runtime: Runtime[Deps]) -> dict[str, Any]:
+    task, chosen = state["task"], state["chosen"]
+    assert chosen is not None and chosen.public is not None
+    exchange = prompts.Exchange(
+        reply=chosen.completion.text, code=chosen.code, feedback=prompts.feedback(chosen.public, task.entry_point)
+    )
+    played = Played(sample=chosen, exchange=exchange, candidates=len(state["samples"]))
+    return {"played": [played], "turn": state["turn"] + 1, "parent_id": chosen.node_id, "samples": []}
+
+
+async def final(state: MuCodeState, runtime: Runtime[Deps]) -> dict[str, Any]:
+    """The private check: every test of the task (public and private) on the last chosen code."""
+    deps, task = runtime.context, state["task"]
+    chosen = state["chosen"]
+    assert chosen is not None and chosen.public is not None
+    result = await run_tests(task, chosen.code, task.tests, deps.ctx)
+    node = deps.ctx.store.add_node(
+        Node(
+            run_id=deps.ctx.run.id,
+            task_id=task.id,
+            parent_id=chosen.node_id,
+            depth=state["turn"],
+            role="final",
+            code=chosen.code,
+            exec_result=result,
+            score=1.0 if result.passed else 0.0,
+            metadata={"turn": state["turn"], "rollout": state.get("rollout", 0), "tests": "public+private"},
+        )
+    )
+    exchange = prompts.Exchange(
+        reply=chosen.completion.text, code=chosen.code, feedback=prompts.feedback(chosen.public, task.entry_point)
+    )
+    played = Played(sample=chosen, exchange=exchange, candidates=len(state["samples"]))
+    return {"played": [played], "final": result, "final_node_id": node.id}
+
+
+def build_graph() -> Any:
+    """The compiled episode graph; run it with `ainvoke(initial_state(task), context=Deps(...))`."""
+    graph = StateGraph(MuCodeState, context_schema=Deps)
+    graph.add_node("generate", generate)
+    graph.add_node("execute", execute)
+    graph.add_node("select", select)
+    graph.add_node("feedback", feedback)
+    graph.add_node("final", final)
+    graph.add_edge(START, "generate")
+    graph.add_edge("generate", "execute")
+    graph.add_edge("execute", "select")
+    graph.add_conditional_edges("select", after_select, ["final", "feedback"])
+    graph.add_edge("feedback", "generate")
+    graph.add_edge("final", END)
+    return graph.compile()
+
+
+def initial_state(task: Task, rollout: int = 0) -> MuCodeState:
+    return {"task": task, "rollout": rollout, "turn": 1, "parent_id": None, "samples": [], "chosen": None,
+            "played": [], "tokens": 0, "final": None, "final_node_id": None}  # fmt: skip
+
+
+GRAPH = build_graph()
