@@ -1,11 +1,17 @@
-"""`veriloop demo`: the main job on the embedded defaults, end to end on a small HumanEval slice."""
+"""`veriloop demo`: the main job on the embedded defaults, end to end on a small HumanEval slice.
+
+The demo runs μCode's multi-turn loop with a small best-of-N (`DEMO_OPTIONS`): each turn samples a
+few candidates, runs the public test in the sandbox, keeps the best, and feeds the failure back for
+the next turn; the private tests decide. It goes through the same runner as `veriloop run`, so the
+run, every candidate and every test execution are stored and `veriloop runs show` explains them.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import sys
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -14,58 +20,46 @@ from rich.table import Table
 
 from veriloop.cli.app import JsonFlag, app, emit, state
 from veriloop.config import Settings
-from veriloop.records import Attempt, Run, RunStatus
+from veriloop.records import Attempt, Run
+
+DEMO_OPTIONS: dict[str, Any] = {"turns": 3, "n": 2, "select": "pt", "max_tokens": 256}
+"""Multi-turn best-of-2: small enough for two CPU cores, large enough to show selection and feedback."""
 
 
-async def _run_demo(settings: Settings, limit: int, console: Console) -> tuple[Run, list[Attempt], float]:
+async def _run_demo(
+    settings: Settings, limit: int, console: Console
+) -> tuple[Run, list[Attempt], dict[str, int], float]:
     # Imported here so `veriloop --help` and every other command start without the store and torch.
-    from veriloop.agents import direct
-    from veriloop.agents.context import AgentContext
+    from veriloop.agents.runner import create_run, execute_run
     from veriloop.llm import get_backend
     from veriloop.sandbox import get_sandbox
     from veriloop.store import TrajectoryStore
-    from veriloop.tasks import load_suite
 
-    suite = load_suite("humaneval", settings).select(limit=limit)
-    store = TrajectoryStore.from_settings(settings)
-    sandbox = get_sandbox(settings)
-    with console.status("loading the model"):
-        backend = get_backend(settings)
-    run = store.create_run(
-        Run(
-            agent="direct",
-            suite=suite.name,
-            model=backend.model_id,
-            status=RunStatus.RUNNING,
-            settings={"suite_version": suite.version, "limit": limit, "sandbox": sandbox.name,
-                      "params": direct.DEFAULT_PARAMS.model_dump(mode="json")},
-        )
-    )  # fmt: skip
-    store.upsert_tasks(suite.tasks)
-    ctx = AgentContext(settings=settings, backend=backend, sandbox=sandbox, store=store, run=run)
-    started = time.perf_counter()
-    attempts: list[Attempt] = []
-    try:
-        with Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=console, transient=True,
-        ) as progress:  # fmt: skip
-            bar = progress.add_task(f"solving {len(suite.tasks)} tasks", total=len(suite.tasks))
-            # All tasks start at once: their requests share forward passes in the continuous batcher.
-            for finished in asyncio.as_completed([direct.solve(task, ctx) for task in suite.tasks]):
-                attempts.append(await finished)
-                progress.advance(bar)
-        run = store.finish_run(run.id, RunStatus.FINISHED)
-    except BaseException as exc:
-        store.finish_run(run.id, RunStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
-        raise
-    finally:
-        await backend.aclose()
-        await sandbox.aclose()
-        store.close()
-    order = {task.id: index for index, task in enumerate(suite.tasks)}
-    attempts.sort(key=lambda attempt: order[attempt.task_id])
-    return run, attempts, time.perf_counter() - started
+    with TrajectoryStore.from_settings(settings) as store:
+        run = create_run(store, settings, agent="mucode", suite="humaneval",
+                         options={**DEMO_OPTIONS, "concurrency": limit}, limit=limit)  # fmt: skip
+        sandbox = get_sandbox(settings)
+        with console.status("loading the model"):
+            backend = get_backend(settings)
+        started = time.perf_counter()
+        try:
+            with Progress(
+                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                console=console, transient=True,
+            ) as progress:  # fmt: skip
+                bar = progress.add_task(f"μCode on {limit} HumanEval tasks", total=limit)
+                run, attempts = await execute_run(
+                    settings, store, run.id, backend=backend, sandbox=sandbox,
+                    on_attempt=lambda _attempt: progress.advance(bar),
+                )  # fmt: skip
+        finally:
+            await backend.aclose()
+            await sandbox.aclose()
+        turns = {}
+        for attempt in attempts:
+            final = store.get_node(attempt.best_node_id) if attempt.best_node_id else None
+            turns[attempt.task_id] = int(final.metadata.get("turn", 0)) if final is not None else 0
+    return run, attempts, turns, time.perf_counter() - started
 
 
 @app.command("demo")
@@ -74,31 +68,40 @@ def demo(
     limit: Annotated[int, typer.Option("--limit", min=1, max=164, help="HumanEval tasks to solve.")] = 5,
     as_json: JsonFlag = False,
 ) -> None:
-    """Solve the first HumanEval tasks with the configured model, test them in the sandbox, store everything."""
+    """Solve the first HumanEval tasks with μCode (multi-turn, best-of-2) in the sandbox, store everything."""
     settings = state(ctx).settings()
     console = Console(stderr=True)
-    run, attempts, seconds = asyncio.run(_run_demo(settings, limit, console))
+    run, attempts, turns, seconds = asyncio.run(_run_demo(settings, limit, console))
     passed = sum(attempt.status == "passed" for attempt in attempts)
     report = {
         "run_id": run.id,
+        "agent": run.agent,
         "model": run.model,
         "sandbox": run.settings.get("sandbox"),
+        "options": run.settings.get("options"),
         "passed": passed,
         "total": len(attempts),
         "seconds": round(seconds, 2),
         "attempts": attempts,
+        "turns": turns,
     }
 
     def render(_: object) -> None:
-        table = Table(title=f"veriloop demo: {run.suite} on {run.model}")
-        for column, justify in (("task", "left"), ("passed", "center"), ("tokens", "right"), ("seconds", "right")):
+        table = Table(title=f"veriloop demo: μCode on {run.suite} with {run.model}")
+        columns = (("task", "left"), ("passed", "center"), ("turns", "right"), ("tokens", "right"),
+                   ("seconds", "right"))  # fmt: skip
+        for column, justify in columns:
             table.add_column(column, justify=justify)  # type: ignore[arg-type]
         for attempt in attempts:
             mark = "[green]yes[/]" if attempt.status == "passed" else "[red]no[/]"
-            table.add_row(attempt.task_id, mark, str(attempt.tokens), f"{attempt.seconds:.1f}")
+            table.add_row(attempt.task_id, mark, str(turns.get(attempt.task_id, 0)), str(attempt.tokens),
+                          f"{attempt.seconds:.1f}")  # fmt: skip
         out = Console(file=sys.stdout, soft_wrap=True)
         out.print(table)
-        out.print(f"passed {passed}/{len(attempts)} in {seconds:.1f} s; tests ran in the {report['sandbox']} sandbox")
+        out.print(
+            f"passed {passed}/{len(attempts)} in {seconds:.1f} s (up to {DEMO_OPTIONS['turns']} turns, "
+            f"best of {DEMO_OPTIONS['n']} per turn); tests ran in the {report['sandbox']} sandbox"
+        )
         out.print(f"run id: {run.id}  (details: veriloop runs show {run.id})")
 
     emit(report, as_json, render)
