@@ -137,3 +137,60 @@ async def test_inference_mode_runs_treefinement_from_the_prompt(tmp_path: Path) 
     assert 0 <= (nodes[0].score or -1) < 1  # a fraction of the tests passed
     assert "I got the following errors" in nodes[2].messages[-1].content
     store.close()
+
+
+NAGINI_ABS = """from nagini_contracts.contracts import *
+
+
+def absolute(x: int) -> int:
+    Ensures(Result() >= 0)
+    Ensures(Result() == x or Result() == -x)
+    if x < 0:
+        return -x
+    return x
+"""
+DAFNY_ABS = """method Abs(x: int) returns (y: int)
+  ensures y >= 0
+  ensures y == x || y == -x
+{
+  if x < 0 { y := -x; } else { y := x; }
+}
+"""
+
+
+@pytest.mark.slow
+async def test_a_dafny_to_nagini_round_with_the_real_nagini(tmp_path: Path) -> None:
+    from veriloop.verifiers.nagini import default_python
+
+    settings = load_settings(paths={"home": tmp_path})
+    if not default_python(settings).exists():
+        pytest.skip(f"Nagini's virtualenv ({default_python(settings)}) is missing; scripts/setup-verifiers.sh makes it")
+
+    def reply(prompt: Prompt) -> str:
+        text = prompt_text(prompt)
+        if "Write a trivial program" in text:
+            return "```python\nreturn 0\n```"
+        if "Program 1:" in text:
+            return "The final answer is <Yes>"
+        return f"```python\n{NAGINI_ABS}```\n"
+
+    store = TrajectoryStore.from_settings(settings)
+    run = store.create_run(Run(agent="alphaverus", suite="unit-nagini", model="scripted"))
+    sandbox = get_sandbox(settings)
+    ctx = AgentContext(settings, ScriptedBackend([reply]), sandbox, store, run)
+    task = Task(id="abs", suite="unit-nagini", prompt=DAFNY_ABS, language="python",
+                metadata={"mode": "translate", "verifier": "nagini", "source": DAFNY_ABS})  # fmt: skip
+    options = AlphaVerusOptions(explore_samples=1, exploit_samples=1, judge_votes=1)
+    try:
+        [attempt] = await AlphaVerusAgent(options).run_suite([task], ctx)
+    finally:
+        await sandbox.aclose()
+    assert attempt.status == "passed"
+    node = store.get_node(attempt.best_node_id or "")
+    assert node.verify_result is not None and node.verify_result.tool == "nagini"
+    [exploit] = [n for n in store.get_tree(run.id, "abs") if n.role == "exploit"]
+    assert exploit.code is not None and exploit.code.endswith("    return 0\n")
+    assert not exploit.metadata["exploits_spec"]
+    [pair] = store.list_exemplars(kind=SOLVED, language="nagini")
+    assert pair.payload["source"] == DAFNY_ABS and "def absolute" in pair.payload["target"]
+    store.close()

@@ -17,14 +17,14 @@ from typing import Any
 from veriloop.agents.alphaverus.graph import LoopContext, build_graph, search_id, task_mode
 from veriloop.agents.alphaverus.pools import SOLVED, Pools
 from veriloop.agents.alphaverus.problem import VerifierProblem
-from veriloop.agents.alphaverus.prompts import FENCE, LANGUAGE, fenced
+from veriloop.agents.alphaverus.prompts import FENCE, LANGUAGE, explore_messages, fenced
 from veriloop.agents.alphaverus.state import AlphaVerusOptions, SuiteState
 from veriloop.agents.base import Agent, OnAttempt, notify
 from veriloop.agents.context import AgentContext
 from veriloop.errors import ConfigError
 from veriloop.llm.codeblocks import CLOSING_FENCE, extract_code
 from veriloop.records import Attempt, Message, Task
-from veriloop.search.budget import Spend
+from veriloop.search.budget import Budget, Spend
 from veriloop.search.engine import SearchConfig, SearchOutcome, run_search
 from veriloop.search.score import scorer_for
 from veriloop.verifiers import CachedVerifier, Verifier, get_verifier
@@ -67,6 +67,8 @@ def inference_messages(task: Task, target: str, solved: Sequence[dict[str, Any]]
         from veriloop.agents.direct import prompt_messages
 
         return prompt_messages(task)
+    if task_mode(task) == "hints":
+        return explore_messages(task.prompt, "dafny", target, "hints", solved)
     messages: list[Message] = []
     for pair in solved:
         messages.append(Message(role="user", content=INFERENCE.format(
@@ -112,6 +114,7 @@ class AlphaVerusAgent(Agent[AlphaVerusOptions]):
                 kind=o.search, width=o.width, depth=o.depth, temperature=o.temperature,
                 node_temperature=o.node_temperature, max_tokens=o.max_tokens, stop=(CLOSING_FENCE,), seed=o.seed,
                 verify_concurrency=o.verify_concurrency,
+                budget=Budget(llm_calls=o.width * o.depth, verifier_s=o.verifier_seconds),
             )  # fmt: skip
             outcome = await run_search(
                 problem, ctx.backend, ctx.store, run_id=ctx.run.id, task_id=task.id, config=config,

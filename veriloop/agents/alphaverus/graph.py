@@ -34,7 +34,7 @@ from veriloop.agents.alphaverus.state import AlphaVerusOptions, SuiteState
 from veriloop.agents.context import AgentContext
 from veriloop.llm.codeblocks import CLOSING_FENCE
 from veriloop.records import Node, Task
-from veriloop.search.budget import Spend
+from veriloop.search.budget import Budget, Spend
 from veriloop.search.engine import SearchConfig, SearchKind, SearchOutcome, run_search
 from veriloop.search.score import scorer_for
 from veriloop.verifiers.base import Verifier
@@ -78,6 +78,7 @@ class LoopContext:
         return SearchConfig(
             kind=kind, width=width, depth=depth, temperature=o.temperature, node_temperature=o.node_temperature,
             max_tokens=o.max_tokens, stop=(CLOSING_FENCE,), seed=o.seed, verify_concurrency=o.verify_concurrency,
+            budget=Budget(llm_calls=width * depth, verifier_s=o.verifier_seconds),
         )  # fmt: skip
 
     def rng(self, *parts: object) -> random.Random:

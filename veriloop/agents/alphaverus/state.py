@@ -9,7 +9,7 @@ from pydantic import Field
 from veriloop.agents.base import AgentOptions
 from veriloop.search.engine import SearchKind
 
-Target = Literal["dafny", "nagini", "verus"]
+Target = Literal["dafny", "nagini", "verus", "tests"]
 
 
 class AlphaVerusOptions(AgentOptions):
@@ -34,6 +34,9 @@ class AlphaVerusOptions(AgentOptions):
     judge_votes: int = Field(4, ge=0, le=32, description="Equivalence judge samples; 0 = off.")
     max_candidates: int = Field(6, ge=1, le=32, description="Solved candidates tried by the filters per program.")
     verify_concurrency: int = Field(2, ge=1, le=64, description="Verifier runs in flight at once.")
+    verifier_seconds: float | None = Field(
+        None, gt=0, description="Verifier seconds one search may spend (besides its width x depth LLM calls)."
+    )
     seed: int = Field(0, description="Seed of exemplar sampling and frontier draws.")
 
 

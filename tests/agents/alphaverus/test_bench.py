@@ -1,0 +1,34 @@
+"""`veriloop bench alphaverus` end to end with a scripted model (the real run is committed under bench/results)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from veriloop.bench import alphaverus
+from veriloop.config import load_settings
+from veriloop.errors import ConfigError
+from veriloop.search import SEARCHES
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("dafny") is None, reason="dafny is not installed (Debian package dafny)")
+def test_bench_reports_every_search_of_both_settings(tmp_path: Path) -> None:
+    settings = load_settings(paths={"home": tmp_path}, llm={"backend": "scripted"})
+    argv = ["--dafny-tasks", "1", "--humaneval-tasks", "1", "--width", "2", "--depth", "1", "--exploit-samples", "1",
+            "--judge-votes", "1"]  # fmt: skip
+    report = alphaverus.main(settings, argv)
+    for setting in ("dafny_hints", "humaneval_tests"):
+        assert set(report[setting]) == set(SEARCHES)
+        for row in report[setting].values():
+            assert row["llm_calls"] <= row["llm_call_budget"] == 2 and row["tasks"] == 1
+            assert "guard_rejected_nodes" in row["filters"]
+        assert set(report["ratios"][setting]) == {f"{kind}_solved_over_treefinement" for kind in SEARCHES[1:]}
+    assert "checked" in report["dafny_hints"]["treefinement"]["filters"]
+
+
+def test_unknown_search_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="unknown search 'dfs'"):
+        alphaverus.main(load_settings(), ["--searches", "treefinement,dfs"])

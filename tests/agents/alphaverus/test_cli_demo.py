@@ -1,0 +1,50 @@
+"""`veriloop run alphaverus` and the demo's Treefinement step, with a scripted model and the real Dafny."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from veriloop.agents.alphaverus.demo import treefinement_demo
+from veriloop.cli import main
+from veriloop.config import load_settings
+from veriloop.sandbox import get_sandbox
+from veriloop.store import TrajectoryStore
+from veriloop.testing import ScriptedBackend
+
+needs_dafny = pytest.mark.skipif(shutil.which("dafny") is None, reason="dafny is not installed (Debian package dafny)")
+
+
+def test_bad_search_and_missing_suite_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--home", str(tmp_path), "run", "alphaverus", "--target", "dafny", "--search", "dfs"]) != 0
+    assert "error: unknown search 'dfs'" in capsys.readouterr().err
+    assert main(["--home", str(tmp_path), "run", "alphaverus"]) != 0
+    assert "error: pass --suite" in capsys.readouterr().err
+
+
+@needs_dafny
+@pytest.mark.slow
+def test_run_alphaverus_cli_with_a_scripted_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["--home", str(tmp_path), "--backend", "scripted", "run", "alphaverus", "--target", "dafny",
+                 "--limit", "1", "--explore", "2", "--width", "2", "--depth", "1", "--exploit-samples", "1",
+                 "--judge-votes", "1", "--json"])  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["agent"] == "alphaverus" and report["suite"] == "dafnybench-hints"
+    [attempt] = report["attempts"]
+    # the scripted model echoes the prompt, whose code block is the hints-removed program: partial, never solved
+    assert attempt["status"] == "failed" and 0 <= attempt["score"] < 1
+    assert attempt["budget"]["llm_calls"] == 4  # 2 explored + a width-2, depth-1 tree
+
+
+@needs_dafny
+async def test_demo_treefinement_summary(tmp_path: Path) -> None:
+    settings = load_settings(paths={"home": tmp_path})
+    sandbox = get_sandbox(settings)
+    with TrajectoryStore.from_settings(settings) as store:
+        summary = await treefinement_demo(settings, store, ScriptedBackend(), sandbox, programs=1, width=2, depth=1)
+    await sandbox.aclose()
+    assert summary["programs"] == 1 and summary["solved"] == 0 and summary["nodes"] == 2
+    assert summary["llm_calls"] == 2 and summary["width"] == 2 and "dafny==" in summary["suite_version"]

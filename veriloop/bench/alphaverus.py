@@ -1,0 +1,194 @@
+"""`veriloop bench alphaverus`: Treefinement against breadth, beam, best-of-N and linear refinement at equal budgets.
+
+Two settings that run on this machine with the embedded model:
+- `dafny_hints`: DafnyBench hints-removed programs (the shortest `--dafny-tasks`), verified by Dafny with the spec
+  guard; solved programs then go through the exploit model and the equivalence judge (against the hints-removed
+  program), whose rejections are counted;
+- `humaneval_tests`: the first `--humaneval-tasks` HumanEval problems, judged by their tests in the sandbox
+  (score = fraction of tests passed).
+
+Every search gets the same budget per task: `width x depth` LLM calls (one call = one sample) and
+`--verifier-seconds` of verifier time, and stops at its first success. Reported per search: programs solved,
+LLM calls to the first success (mean over solved), spend, and the filters' rejections; ratios compare each
+baseline's solved count with Treefinement's, all measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from veriloop.agents.alphaverus import AlphaVerusAgent, AlphaVerusOptions, filters, make_verifier
+from veriloop.agents.context import AgentContext
+from veriloop.config import Settings
+from veriloop.llm.base import Backend
+from veriloop.records import Attempt, Run, RunStatus, Task, VerifyStatus
+from veriloop.sandbox import Sandbox
+from veriloop.search.engine import SEARCHES
+from veriloop.store import TrajectoryStore
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="veriloop bench alphaverus", description=__doc__)
+    parser.add_argument("--dafny-tasks", type=int, default=4, help="DafnyBench hints-removed programs (shortest).")
+    parser.add_argument("--humaneval-tasks", type=int, default=8, help="First HumanEval problems.")
+    parser.add_argument("--width", type=int, default=4, help="Tree width.")
+    parser.add_argument("--depth", type=int, default=2, help="Tree depth (budget = width x depth LLM calls).")
+    parser.add_argument("--max-tokens", type=int, default=256, help="New tokens per sample.")
+    parser.add_argument("--verifier-seconds", type=float, default=90.0, help="Verifier seconds per search and task.")
+    parser.add_argument("--exploit-samples", type=int, default=2, help="Exploit-model samples per solved program.")
+    parser.add_argument("--judge-votes", type=int, default=2, help="Equivalence-judge votes per solved program.")
+    parser.add_argument("--searches", default=",".join(SEARCHES), help="Comma-separated searches to compare.")
+    parser.add_argument("--settings", default="dafny_hints,humaneval_tests", help="Settings to run.")
+    parser.add_argument("--batch", type=int, default=16, help="llm.max_batch_size for the run.")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args(list(argv))
+
+
+async def _filters(
+    ctx: AgentContext, attempts: list[Attempt], tasks: dict[str, Task], args: argparse.Namespace
+) -> dict[str, int]:
+    """Exploit model and equivalence judge on each solved program (as the AlphaVerus loop filters them)."""
+    counts = {"checked": 0, "exploit_rejected": 0, "judge_rejected": 0}
+    bare = make_verifier("dafny", ctx, guard=False)
+    try:
+        for attempt in attempts:
+            if attempt.status != "passed" or attempt.best_node_id is None:
+                continue
+            node = ctx.store.get_node(attempt.best_node_id)
+            task = tasks[attempt.task_id]
+            counts["checked"] += 1
+            verdict = await filters.exploit_check(node, task, "dafny", ctx.backend, bare, ctx.store,
+                                                  samples=args.exploit_samples)  # fmt: skip
+            if verdict.rejected:
+                counts["exploit_rejected"] += 1
+                continue
+            verdict = await filters.judge_check(node, task.prompt, "dafny", "dafny", ctx.backend, ctx.store,
+                                                votes=args.judge_votes)  # fmt: skip
+            counts["judge_rejected"] += int(verdict.rejected)
+    finally:
+        await bare.aclose()
+    return counts
+
+
+async def run_setting(
+    name: str,
+    tasks: list[Task],
+    target: str,
+    args: argparse.Namespace,
+    settings: Settings,
+    store: TrajectoryStore,
+    backend: Backend,
+    sandbox: Sandbox,
+) -> dict[str, Any]:
+    """Every search on every task of one setting; one stored run per search."""
+    report: dict[str, Any] = {}
+    by_id = {task.id: task for task in tasks}
+    store.upsert_tasks(tasks)
+    for kind in args.searches.split(","):
+        options = AlphaVerusOptions(
+            mode="inference", target=target, search=kind, width=args.width, depth=args.depth,
+            max_tokens=args.max_tokens, verifier_seconds=args.verifier_seconds, seed=args.seed, few_shot=0,
+        )  # fmt: skip
+        run = store.create_run(
+            Run(agent="alphaverus", suite=tasks[0].suite, model=backend.model_id, status=RunStatus.RUNNING,
+                settings={"bench": "alphaverus", "setting": name, "options": options.model_dump(mode="json"),
+                          "task_ids": list(by_id)})
+        )  # fmt: skip
+        ctx = AgentContext(settings=settings, backend=backend, sandbox=sandbox, store=store, run=run)
+        agent = AlphaVerusAgent(options)
+        started = time.perf_counter()
+        attempts = list(await asyncio.gather(*(agent.solve(task, ctx) for task in tasks)))
+        wall = time.perf_counter() - started
+        nodes = store.list_nodes(run.id)
+        guard = sum(1 for n in nodes if n.verify_result is not None and n.verify_result.status is VerifyStatus.REJECTED)
+        checks = await _filters(ctx, attempts, by_id, args) if target == "dafny" else {}
+        store.finish_run(run.id, RunStatus.FINISHED)
+        solved = [a for a in attempts if a.status == "passed"]
+        calls = [a.budget.get("calls_to_success", 0) for a in solved]
+
+        def total(key: str, attempts: list[Attempt] = attempts) -> float:
+            return round(sum(float(a.budget.get(key, 0)) for a in attempts), 3)
+
+        report[kind] = {
+            "run_id": run.id,
+            "tasks": len(tasks),
+            "solved": len(solved),
+            "solved_after_filters": len(solved) - checks.get("exploit_rejected", 0) - checks.get("judge_rejected", 0),
+            "calls_to_first_success": calls,
+            "mean_calls_to_first_success": round(statistics.fmean(calls), 2) if calls else None,
+            "mean_best_score": round(statistics.fmean([a.score if a.score is not None else -1.0 for a in attempts]), 4),
+            "llm_calls": int(total("llm_calls")),
+            "llm_call_budget": args.width * args.depth * len(tasks),
+            "tokens": int(total("tokens")),
+            "verifier_calls": int(total("verifier_calls")),
+            "verifier_s": total("verifier_s"),
+            "wall_s": round(wall, 2),
+            "filters": {"guard_rejected_nodes": guard, **checks},
+        }
+        _log(f"  {name} {kind}: solved {len(solved)}/{len(tasks)}, calls {report[kind]['llm_calls']}, "
+             f"mean best {report[kind]['mean_best_score']}, {wall:.0f} s")  # fmt: skip
+    return report
+
+
+def ratios(report: dict[str, Any]) -> dict[str, Any]:
+    """Each baseline's solved count over Treefinement's (null when Treefinement solved nothing)."""
+    out: dict[str, Any] = {}
+    base = report.get("treefinement", {}).get("solved", 0)
+    for kind, row in report.items():
+        if kind != "treefinement":
+            out[f"{kind}_solved_over_treefinement"] = round(row["solved"] / base, 3) if base else None
+    return out
+
+
+async def run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+    from veriloop.llm import get_backend
+    from veriloop.sandbox import get_sandbox
+    from veriloop.tasks import load_suite
+
+    settings = settings.model_copy(update={"llm": settings.llm.model_copy(update={"max_batch_size": args.batch})})
+    chosen = [name.strip() for name in args.settings.split(",") if name.strip()]
+    result: dict[str, Any] = {"config": {k: v for k, v in vars(args).items()}}
+    store = TrajectoryStore.from_settings(settings)
+    sandbox = get_sandbox(settings)
+    backend = get_backend(settings)
+    result["config"]["model"] = backend.model_id
+    try:
+        if "dafny_hints" in chosen:
+            suite = load_suite("dafnybench-hints", settings)
+            tasks = sorted(suite.tasks, key=lambda task: len(task.prompt))[: args.dafny_tasks]
+            _log(f"dafny_hints: {len(tasks)} programs of {suite.name} ({suite.version})")
+            result["dafny_hints"] = await run_setting("dafny_hints", tasks, "dafny", args, settings, store, backend,
+                                                      sandbox)  # fmt: skip
+            result["dafny_hints_suite"] = suite.version
+        if "humaneval_tests" in chosen:
+            suite = load_suite("humaneval", settings)
+            tasks = list(suite.tasks[: args.humaneval_tasks])
+            _log(f"humaneval_tests: {len(tasks)} problems")
+            result["humaneval_tests"] = await run_setting("humaneval_tests", tasks, "tests", args, settings, store,
+                                                          backend, sandbox)  # fmt: skip
+        result["ratios"] = {name: ratios(result[name]) for name in ("dafny_hints", "humaneval_tests") if name in result}
+    finally:
+        await backend.aclose()
+        await sandbox.aclose()
+        store.close()
+    return result
+
+
+def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
+    args = parse(argv)
+    unknown = set(args.searches.split(",")) - set(SEARCHES)
+    if unknown:
+        from veriloop.errors import ConfigError
+
+        raise ConfigError(f"unknown search {sorted(unknown)[0]!r}; choose from {', '.join(SEARCHES)}")
+    return asyncio.run(run(settings, args))
