@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from veriloop.config import Settings
@@ -90,6 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--sft-steps", type=int, default=30)
     parser.add_argument("--concurrency", type=int, default=16, help="Episodes in flight at once.")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--partial", default="", help="Write the figures so far to this file after each stage.")
     parser.add_argument("--skip", default="", help="Comma-separated keys not to measure (reported as null).")
     return parser
 
@@ -129,6 +132,7 @@ async def _measure(settings: Settings, args: argparse.Namespace) -> dict[str, An
     runs: dict[str, str] = {}
     seconds: dict[str, float] = {}
     extra: dict[str, Any] = {}
+    errors: dict[str, str] = {}
     common = {"turns": args.turns, "history": args.history, "max_tokens": args.max_tokens, "seed": args.seed,
               "concurrency": args.concurrency}  # fmt: skip
     store = TrajectoryStore.from_settings(settings)
@@ -137,75 +141,91 @@ async def _measure(settings: Settings, args: argparse.Namespace) -> dict[str, An
     base = CachedBackend(get_backend(settings))
 
     async def measure(name: str, options: dict[str, Any], backend: Any, suite: str, limit: int) -> tuple[str, int]:
+        """One stored run; a failing configuration is reported (`errors`) and the others still run."""
         started = time.perf_counter()
         run = create_run(store, settings, agent="mucode", suite=suite, options=options, limit=limit,
                          extra={"bench": f"mucode:{name}"})  # fmt: skip
         _say(f"{name}: run {run.id} on {suite}[:{limit}] with {options}")
-        finished, attempts = await execute_run(settings, store, run.id, backend=backend, sandbox=sandbox)
+        try:
+            finished, attempts = await execute_run(settings, store, run.id, backend=backend, sandbox=sandbox)
+        except Exception as exc:
+            errors[name] = f"{type(exc).__name__}: {exc}"
+            _say(f"{name} failed: {errors[name]}")
+            raise
         passed = sum(attempt.status == "passed" for attempt in attempts)
         seconds[name] = round(time.perf_counter() - started, 1)
         runs[name] = finished.id
         _say(f"{name}: {passed}/{len(attempts)} passed in {seconds[name]} s")
         return finished.id, passed
 
+    def save_partial() -> None:
+        if args.partial:
+            payload = {"pass_at_1": results, "runs": runs, "seconds": seconds, "errors": errors, **extra}
+            Path(args.partial).write_text(json.dumps(payload, indent=2, default=str) + "\n")
+
+    verifier: str | None = None
+    generator: str | None = None
     try:
+        # Cheapest and most telling first; best-of-N (N samples a turn) last.
         if "multi_turn" not in skip:
-            run_id, passed = await measure("multi_turn", {**common, "n": 1}, base, args.suite, args.tasks)
-            results["multi_turn"] = passed / args.tasks
-            nodes = store.list_nodes(run_id)
-            results["single_turn"] = _single_turn(nodes) / args.tasks
-            repeats, repairs = _repeat_rate(nodes)
-            extra["multi_turn_repeats"] = {"repeated": repeats, "repair_turns": repairs}
-        verifier: str | None = None
-        generator: str | None = None
+            with contextlib.suppress(Exception):
+                run_id, passed = await measure("multi_turn", {**common, "n": 1}, base, args.suite, args.tasks)
+                results["multi_turn"] = passed / args.tasks
+                nodes = store.list_nodes(run_id)
+                results["single_turn"] = _single_turn(nodes) / args.tasks
+                repeats, repairs = _repeat_rate(nodes)
+                extra["multi_turn_repeats"] = {"repeated": repeats, "repair_turns": repairs}
+            save_partial()
         if "after_training_multi_turn" not in skip or not {"bon_lv", "bon_pt_lv"} <= skip:
             options = {**common, "n": 1, "train": True, "iterations": 1, "rollouts": args.rollouts,
                        "rollout_temperature": args.rollout_temperature, "verifier_steps": args.verifier_steps,
                        "sft_steps": args.sft_steps}  # fmt: skip
-            run_id, _ = await measure("training", options, base, args.train_suite, args.train_tasks)
-            rounds = [e.payload for e in store.list_exemplars(kind="mucode-iteration") if e.run_id == run_id]
-            if not rounds:  # resumed: the round was recorded by an earlier run of the same loop
-                from veriloop.agents.mucode.state import MuCodeOptions
-                from veriloop.agents.mucode.training import ITERATION_KIND, loop_key
-                from veriloop.tasks import load_suite
+            with contextlib.suppress(Exception):
+                await measure("training", options, base, args.train_suite, args.train_tasks)
+            from veriloop.agents.mucode.state import MuCodeOptions
+            from veriloop.agents.mucode.training import ITERATION_KIND, loop_key
+            from veriloop.tasks import load_suite
 
-                tasks = load_suite(args.train_suite, settings).select(limit=args.train_tasks).tasks
-                key = loop_key(MuCodeOptions.model_validate(options), tasks, settings.llm.model)
-                rounds = [e.payload for e in store.list_exemplars(kind=ITERATION_KIND) if e.payload.get("key") == key]
+            tasks = load_suite(args.train_suite, settings).select(limit=args.train_tasks).tasks
+            key = loop_key(MuCodeOptions.model_validate(options), tasks, settings.llm.model)
+            rounds = [e.payload for e in store.list_exemplars(kind=ITERATION_KIND) if e.payload.get("key") == key]
             if rounds:
                 extra["training_round"] = rounds[-1]
                 verifier, generator = rounds[-1]["verifier"], rounds[-1]["generator"]
-        for key, rule in (("bon_pt", "pt"), ("bon_lv", "lv"), ("bon_pt_lv", "pt+lv"), ("bon_random", "random")):
-            if key in skip:
-                continue
-            options = {**common, "n": args.n, "select": rule, "temperature": args.temperature}
-            if rule in ("lv", "pt+lv"):
-                if verifier is None:
-                    extra[f"{key}_missing"] = "the training round trained no verifier"
-                    continue
-                options["verifier_model"] = verifier
-            _, passed = await measure(key, options, base, args.suite, args.tasks)
-            results[key] = passed / args.tasks
-        extra["bon_cache"] = {"hits": base.hits, "misses": base.misses}
+            save_partial()
         if "after_training_multi_turn" not in skip and generator is not None:
-            await base.aclose()
             tuned = settings.model_copy(update={"llm": settings.llm.model_copy(update={"model": generator})})
             _say(f"loading the trained generator {generator}")
             trained = get_backend(tuned)
             try:
-                _, passed = await measure("after_training_multi_turn", {**common, "n": 1}, trained, args.suite,
-                                          args.tasks)  # fmt: skip
+                with contextlib.suppress(Exception):
+                    _, passed = await measure("after_training_multi_turn", {**common, "n": 1}, trained, args.suite,
+                                              args.tasks)  # fmt: skip
+                    results["after_training_multi_turn"] = passed / args.tasks
             finally:
                 await trained.aclose()
-            results["after_training_multi_turn"] = passed / args.tasks
             extra["generator"] = generator
-        else:
-            await base.aclose()
+            save_partial()
+        for name, rule in (("bon_pt", "pt"), ("bon_lv", "lv"), ("bon_pt_lv", "pt+lv"), ("bon_random", "random")):
+            if name in skip:
+                continue
+            options = {**common, "n": args.n, "select": rule, "temperature": args.temperature}
+            if rule in ("lv", "pt+lv"):
+                if verifier is None:
+                    errors[name] = "the training round trained no verifier"
+                    continue
+                options["verifier_model"] = verifier
+            with contextlib.suppress(Exception):
+                _, passed = await measure(name, options, base, args.suite, args.tasks)
+                results[name] = passed / args.tasks
+            extra["bon_cache"] = {"hits": base.hits, "misses": base.misses}
+            save_partial()
         extra["verifier"] = verifier
     finally:
+        await base.aclose()
         await sandbox.aclose()
         store.close()
-    return {"pass_at_1": results, "runs": runs, "seconds": seconds, **extra}
+    return {"pass_at_1": results, "runs": runs, "seconds": seconds, "errors": errors, **extra}
 
 
 def table(pass_at_1: dict[str, float | None], n_tasks: int) -> str:

@@ -11,12 +11,12 @@ import pytest
 from veriloop.agents.base import make_agent
 from veriloop.agents.context import AgentContext
 from veriloop.agents.mucode import MuCodeAgent, MuCodeOptions, prompts
-from veriloop.agents.mucode.graph import Deps, choose, selection_scores
+from veriloop.agents.mucode.graph import Deps, Scorer, choose, selection_scores
 from veriloop.agents.mucode.state import Sample
 from veriloop.cli import main
 from veriloop.config import Settings, load_settings
 from veriloop.errors import ConfigError
-from veriloop.records import Completion, ExecResult, ExecStatus, Prompt, Run, RunStatus, Task
+from veriloop.records import Attempt, Completion, ExecResult, ExecStatus, Node, Prompt, Run, RunStatus, Task
 from veriloop.sandbox import get_sandbox
 from veriloop.store import TrajectoryStore
 from veriloop.tasks import load_suite
@@ -41,14 +41,16 @@ def _sample(passed: bool, verifier: float | None = None) -> Sample:
     return Sample("id", [], Completion(text=""), "", public=ExecResult(status=status), verifier=verifier)
 
 
-async def _solve(settings: Settings, backend: ScriptedBackend, options: MuCodeOptions, verifier: object = None):  # type: ignore[no-untyped-def]
+async def _solve(
+    settings: Settings, backend: ScriptedBackend, options: MuCodeOptions, verifier: Scorer | None = None
+) -> tuple[Attempt, list[Node]]:
     store = TrajectoryStore.from_settings(settings)
     sandbox = get_sandbox(settings)
     run = store.create_run(Run(agent="mucode", suite="humaneval", model="scripted", status=RunStatus.RUNNING))
     store.upsert_tasks([_task()])
     ctx = AgentContext(settings, backend, sandbox, store, run)
     agent = MuCodeAgent(options)
-    agent._verifier = verifier  # type: ignore[assignment]
+    agent._verifier = verifier
     try:
         attempt = await agent.solve(_task(), ctx)
     finally:
@@ -138,7 +140,7 @@ async def test_verifier_rules(settings: Settings, rule: str, status: str) -> Non
         return reply(prompt)
 
     reply.calls = 0  # type: ignore[attr-defined]
-    options = MuCodeOptions(n=2, turns=1, select=rule, verifier_model="checkpoint:unused")  # type: ignore[arg-type]
+    options = MuCodeOptions(n=2, turns=1, select=rule, verifier_model="checkpoint:unused")
     attempt, nodes = await _solve(settings, ScriptedBackend([counted]), options, ScriptedVerifier())
     assert attempt.status == status
     scores = sorted(node.metadata["verifier_score"] for node in nodes if node.role == "generate")

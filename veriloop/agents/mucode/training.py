@@ -319,7 +319,9 @@ async def one_round(
         saved = json.loads(generator_file.read_text())
         new_generator, sft_metrics = saved["id"], saved["metrics"]
     elif merged:
-        _write(merged, folder / "sft-merged.jsonl")
+        _write(
+            [{"prompt": row["prompt"], "completion": row["completion"]} for row in merged], folder / "sft-merged.jsonl"
+        )
         log(f"round {iteration}: fine-tuning {generator} on {len(merged)} relabelled rows")
         spec = TrainSpec(
             method="sft", data=folder / "sft-merged.jsonl", out=folder / "sft", model=generator,
