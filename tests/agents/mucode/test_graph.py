@@ -169,3 +169,9 @@ def test_deps_carry_the_context(settings: Settings) -> None:
                        Run(agent="mucode", suite="humaneval", model="scripted"))  # fmt: skip
     assert Deps(ctx=ctx, options=MuCodeOptions()).verifier is None
     ctx.store.close()
+
+
+async def test_long_episodes_fit_the_graph_step_limit(settings: Settings) -> None:
+    backend = ScriptedBackend([BAD])
+    attempt, nodes = await _solve(settings, backend, MuCodeOptions(turns=8))
+    assert attempt.status == "failed" and len(backend.requests) == 8 and max(node.depth for node in nodes) == 8

@@ -18,6 +18,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
@@ -239,6 +240,11 @@ def build_graph() -> Any:
 def initial_state(task: Task, rollout: int = 0) -> MuCodeState:
     return {"task": task, "rollout": rollout, "turn": 1, "parent_id": None, "samples": [], "chosen": None,
             "played": [], "tokens": 0, "final": None, "final_node_id": None}  # fmt: skip
+
+
+def run_config(deps: Deps) -> RunnableConfig:
+    """Room for every turn: four steps a turn plus the final check (LangGraph's default limit is 25)."""
+    return {"recursion_limit": 4 * deps.options.turns + 8}
 
 
 GRAPH = build_graph()
