@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.skipif(shutil.which("dafny") is None, reason="dafny is 
 
 
 def test_bundled_hints_suite_records_the_tool_version(tmp_path: Path) -> None:
-    suite = load_suite("dafnybench-hints", load_settings(paths={"home": tmp_path}))
+    suite = load_suite("dafnybench-hints", load_settings(paths={"home": tmp_path, "data_dir": None}))
     assert len(suite.tasks) == 8 and "dafny==" in suite.version
     task = suite.tasks[0]
     assert task.language == "dafny" and task.spec == task.prompt and task.reference
@@ -28,7 +29,7 @@ def test_bundled_hints_suite_records_the_tool_version(tmp_path: Path) -> None:
     ("name", "language"), [("alphaverus-dafny2nagini", "python"), ("alphaverus-dafny2verus", "rust")]
 )
 def test_translation_suites_carry_the_dafny_source(tmp_path: Path, name: str, language: str) -> None:
-    suite = load_suite(name, load_settings(paths={"home": tmp_path}))
+    suite = load_suite(name, load_settings(paths={"home": tmp_path, "data_dir": None}))
     assert suite.tasks and all(task.language == language for task in suite.tasks)
     task = suite.tasks[0]
     assert task.metadata["source"] == task.prompt and task.metadata["mode"] == "translate"
@@ -36,7 +37,7 @@ def test_translation_suites_carry_the_dafny_source(tmp_path: Path, name: str, la
 
 
 def test_filter_verdicts_are_cached(tmp_path: Path) -> None:
-    settings = load_settings(paths={"home": tmp_path})
+    settings = load_settings(paths={"home": tmp_path, "data_dir": None})
     items = [{"key": "a"}, {"key": "b"}, {"key": "c"}]
     seen: list[str] = []
 
@@ -51,18 +52,21 @@ def test_filter_verdicts_are_cached(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_hints_filter_on_the_real_tool(tmp_path: Path) -> None:
-    """One program that needs its hints and one that verifies without them, through the real Dafny."""
-    settings = load_settings(paths={"home": tmp_path})
-    needs_hints = load_suite("dafnybench-hints", settings).tasks[0]
-    assert dafny_status(settings, needs_hints.reference or "") is VerifyStatus.VERIFIED
-    assert dafny_status(settings, needs_hints.prompt) is not VerifyStatus.VERIFIED
-    from veriloop.tasks.dafny import _keep_hints
-
+def test_hints_suite_from_a_data_folder_keeps_what_needs_hints(tmp_path: Path) -> None:
+    """From a data folder: one program that needs its hints, one that verifies without them, through real Dafny."""
+    bundled = load_suite("dafnybench-hints", load_settings(paths={"home": tmp_path, "data_dir": None})).tasks[0]
+    assert dafny_status(load_settings(), bundled.reference or "") is VerifyStatus.VERIFIED
     trivial = "method Id(x: int) returns (y: int)\n  ensures y == x\n{\n  y := x;\n}\n"
-    items: list[dict[str, Any]] = [
-        {"key": "needs", "ground_truth": needs_hints.reference, "hints_removed": needs_hints.prompt},
-        {"key": "trivial", "ground_truth": trivial, "hints_removed": trivial},
-    ]
-    kept, _ = cached_filter(settings, "real", items, _keep_hints(settings))
-    assert [item["key"] for item in kept] == ["needs"]
+    rows = [
+        {"test_ID": "000", "test_file": "Needs_hints.dfy", "ground_truth": bundled.reference,
+         "hints_removed": bundled.prompt},
+        {"test_ID": "001", "test_file": "Trivial.dfy", "ground_truth": trivial, "hints_removed": trivial},
+    ]  # fmt: skip
+    folder = tmp_path / "data" / "dafnybench" / "DafnyBench"
+    folder.mkdir(parents=True)
+    (folder / "test.json").write_text(json.dumps(rows))
+    settings = load_settings(paths={"home": tmp_path / "home", "data_dir": tmp_path / "data"})
+    suite = load_suite("dafnybench-hints", settings)
+    assert [task.id for task in suite.tasks] == ["dafnybench/Needs_hints"] and "scan=1" in suite.version
+    records = list((tmp_path / "home" / "cache" / "suites").glob("dafnybench-hints-*.json"))
+    assert len(records) == 1 and json.loads(records[0].read_text())["verdicts"]["Trivial"] == "verifies without hints"

@@ -27,7 +27,10 @@ def test_bad_search_and_missing_suite_are_one_line_errors(tmp_path: Path, capsys
 
 @needs_dafny
 @pytest.mark.slow
-def test_run_alphaverus_cli_with_a_scripted_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_alphaverus_cli_with_a_scripted_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("VERILOOP_PATHS__DATA_DIR", raising=False)  # the bundled subset: no first-load scan
     code = main(["--home", str(tmp_path), "--backend", "scripted", "run", "alphaverus", "--target", "dafny",
                  "--limit", "1", "--explore", "2", "--width", "2", "--depth", "1", "--exploit-samples", "1",
                  "--judge-votes", "1", "--json"])  # fmt: skip
@@ -41,7 +44,7 @@ def test_run_alphaverus_cli_with_a_scripted_model(tmp_path: Path, capsys: pytest
 
 @needs_dafny
 async def test_demo_treefinement_summary(tmp_path: Path) -> None:
-    settings = load_settings(paths={"home": tmp_path})
+    settings = load_settings(paths={"home": tmp_path, "data_dir": None})
     sandbox = get_sandbox(settings)
     with TrajectoryStore.from_settings(settings) as store:
         summary = await treefinement_demo(settings, store, ScriptedBackend(), sandbox, programs=1, width=2, depth=1)

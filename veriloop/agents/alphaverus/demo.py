@@ -35,7 +35,8 @@ async def treefinement_demo(
     """Treefinement on the `programs` shortest hints-removed DafnyBench programs; every node is stored."""
     from veriloop.tasks import load_suite
 
-    suite = load_suite(SUITE, settings)
+    bundled = settings.model_copy(update={"paths": settings.paths.model_copy(update={"data_dir": None})})
+    suite = load_suite(SUITE, bundled)  # the bundled, pre-filtered programs: no first-load Dafny scan
     tasks = sorted(suite.tasks, key=lambda task: len(task.prompt))[:programs]
     options = AlphaVerusOptions(mode="inference", target="dafny", width=width, depth=depth, max_tokens=max_tokens)
     store.upsert_tasks(tasks)
