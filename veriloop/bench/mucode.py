@@ -140,10 +140,12 @@ async def _measure(settings: Settings, args: argparse.Namespace) -> dict[str, An
     _say("loading the model")
     base = CachedBackend(get_backend(settings))
 
-    async def measure(name: str, options: dict[str, Any], backend: Any, suite: str, limit: int) -> tuple[str, int]:
+    async def measure(
+        name: str, options: dict[str, Any], backend: Any, suite: str, limit: int, model: Settings = settings
+    ) -> tuple[str, int]:
         """One stored run; a failing configuration is reported (`errors`) and the others still run."""
         started = time.perf_counter()
-        run = create_run(store, settings, agent="mucode", suite=suite, options=options, limit=limit,
+        run = create_run(store, model, agent="mucode", suite=suite, options=options, limit=limit,
                          extra={"bench": f"mucode:{name}"})  # fmt: skip
         _say(f"{name}: run {run.id} on {suite}[:{limit}] with {options}")
         try:
@@ -200,7 +202,7 @@ async def _measure(settings: Settings, args: argparse.Namespace) -> dict[str, An
             try:
                 with contextlib.suppress(Exception):
                     _, passed = await measure("after_training_multi_turn", {**common, "n": 1}, trained, args.suite,
-                                              args.tasks)  # fmt: skip
+                                              args.tasks, tuned)  # fmt: skip
                     results["after_training_multi_turn"] = passed / args.tasks
             finally:
                 await trained.aclose()
