@@ -194,3 +194,37 @@ async def test_a_dafny_to_nagini_round_with_the_real_nagini(tmp_path: Path) -> N
     [pair] = store.list_exemplars(kind=SOLVED, language="nagini")
     assert pair.payload["source"] == DAFNY_ABS and "def absolute" in pair.payload["target"]
     store.close()
+
+
+@needs_dafny
+@pytest.mark.slow
+async def test_an_interrupted_loop_resumes_from_its_checkpoint(tmp_path: Path) -> None:
+    """The judge's backend dies mid-round; the rerun continues at the filter phase without exploring again."""
+    from veriloop.errors import BackendError
+
+    def dies_at_the_judge(prompt: Prompt) -> str:
+        if "Will the two methods return computationally same results?" in prompt_text(prompt):
+            raise BackendError("the server went away")
+        return scripted(prompt)
+
+    settings = load_settings(paths={"home": tmp_path})
+    store = TrajectoryStore.from_settings(settings)
+    run = store.create_run(Run(agent="alphaverus", suite="unit-hints", model="scripted"))
+    sandbox = get_sandbox(settings)
+    options = AlphaVerusOptions(explore_samples=1, width=1, depth=1, exploit_samples=1, judge_votes=1)
+    tasks = [hints_task("sum", SUM_NO_HINTS)]
+    try:
+        with pytest.raises(BackendError):
+            await AlphaVerusAgent(options).run_suite(tasks, AgentContext(settings, ScriptedBackend([dies_at_the_judge]),
+                                                                         sandbox, store, run))  # fmt: skip
+        searched = len([n for n in store.get_tree(run.id, "sum") if "search_id" in n.metadata])
+        second = ScriptedBackend([scripted])
+        [attempt] = await AlphaVerusAgent(options).run_suite(tasks, AgentContext(settings, second, sandbox, store, run))
+    finally:
+        await sandbox.aclose()
+    assert attempt.status == "passed"
+    asked = [prompt_text(prompt) for prompt, _ in second.requests]
+    assert not any("fix the errors" in text or "Consider the following" in text for text in asked)
+    assert any("Will the two methods" in text for text in asked)
+    assert len([n for n in store.get_tree(run.id, "sum") if "search_id" in n.metadata]) == searched == 2
+    store.close()
