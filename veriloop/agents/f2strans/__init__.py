@@ -9,6 +9,7 @@ SFT rows and style preference pairs; `training.py` trains one round, functionali
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -41,7 +42,8 @@ class F2STransAgent(Agent[F2STransOptions]):
                     return await run_episode(task, ctx, self.options, saver)
             return await run_episode(task, ctx, self.options, self._saver)
         except ConfigError as exc:  # the task lacks this direction: recorded, the suite goes on
-            return ctx.store.add_attempt(Attempt(run_id=ctx.run.id, task_id=task.id, status="error", error=str(exc)))
+            failed = Attempt(run_id=ctx.run.id, task_id=task.id, status="error", error=str(exc))
+            return await asyncio.to_thread(ctx.store.add_attempt, failed)
 
     async def run_suite(
         self, tasks: Sequence[Task], ctx: AgentContext, on_attempt: OnAttempt | None = None

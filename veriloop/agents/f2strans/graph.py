@@ -124,10 +124,11 @@ async def check(state: TranslationState, runtime: Runtime[Deps]) -> dict[str, An
         )
         for completion, code, result, style in zip(completions, codes, results, styles, strict=True)
     ]
-    deps.ctx.store.add_nodes(nodes)
+    store = deps.ctx.store  # synchronous: called on a thread so the loop can finish the saver's transactions
+    await asyncio.to_thread(store.add_nodes, nodes)
     passing = [node for node in nodes if node.exec_result is not None and node.exec_result.passed]
     if passing:
-        deps.ctx.store.add_exemplars([
+        await asyncio.to_thread(store.add_exemplars, [
             Exemplar(kind="translation", language=item.target_language, run_id=deps.ctx.run.id, task_id=deps.task.id,
                      payload={"source_language": item.source_language, "source": item.source,
                               "target_language": item.target_language, "target": node.code, "node_id": node.id,
@@ -136,7 +137,7 @@ async def check(state: TranslationState, runtime: Runtime[Deps]) -> dict[str, An
         ])  # fmt: skip
     best = max(nodes, key=rank)
     best_so_far = state.get("best_node_id")
-    previous = deps.ctx.store.get_node(best_so_far) if best_so_far else None
+    previous = await asyncio.to_thread(store.get_node, best_so_far) if best_so_far else None
     overall = best if previous is None or rank(best) >= rank(previous) else previous
     assert best.completion is not None and best.exec_result is not None
     follow_up = [*messages, Message(role="assistant", content=best.completion.text),
@@ -194,12 +195,11 @@ async def run_episode(
         else:
             final = await graph.ainvoke(initial_state(task, item), config, context=deps)
     best_id = final.get("best_node_id")
-    best = ctx.store.get_node(best_id) if best_id else None
+    best = await asyncio.to_thread(ctx.store.get_node, best_id) if best_id else None
     passed = best is not None and best.exec_result is not None and best.exec_result.status is ExecStatus.PASSED
-    return ctx.store.add_attempt(
-        Attempt(
-            run_id=ctx.run.id, task_id=task.id, status="passed" if passed else "failed",
-            best_node_id=best.id if best is not None else None, score=best.score if best is not None else 0.0,
-            tokens=int(final.get("tokens", 0)), seconds=time.perf_counter() - started,
-        )
+    attempt = Attempt(
+        run_id=ctx.run.id, task_id=task.id, status="passed" if passed else "failed",
+        best_node_id=best.id if best is not None else None, score=best.score if best is not None else 0.0,
+        tokens=int(final.get("tokens", 0)), seconds=time.perf_counter() - started,
     )  # fmt: skip
+    return await asyncio.to_thread(ctx.store.add_attempt, attempt)
