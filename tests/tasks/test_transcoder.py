@@ -77,6 +77,8 @@ def test_fill_slot_renames_the_entry_function() -> None:
     assert "def f_filled(x)" in python and "def helper(a)" in python
     recursive = fill_slot("def addOne(x):\n    return addOne(x - 1) if x else 1\n", _item("python", "", "addOne"))
     assert recursive.count("f_filled") == 2
+    broken = fill_slot("def addOne(x):\n    return x +\n", _item("python", "", "other"))
+    assert broken.startswith("def f_filled(x):")
     cpp = fill_slot("int addOne(int x) {\n  return x + 1;\n}", _item("cpp", "", "addOne"))
     assert cpp.startswith("int f_filled(int x)")
     renamed = fill_slot("long long plusOne(int x)\n{\n  return x + 1;\n}", _item("cpp", "", "addOne"))

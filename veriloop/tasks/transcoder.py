@@ -216,9 +216,9 @@ def translation(task: Task, source: str, target: str) -> Translation:
 def _python_entry(code: str, preferred: list[str]) -> str | None:
     try:
         tree = ast.parse(code)
-    except SyntaxError:
-        return None
-    defined = [node.name for node in tree.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)]
+        defined = [node.name for node in tree.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)]
+    except SyntaxError:  # renamed anyway, so the feedback is the syntax error and not a missing f_filled
+        defined = _PY_DEF.findall(code)
     for name in preferred:
         if name in defined:
             return name
