@@ -181,3 +181,28 @@ def test_real_model_translates_three_functions(tmp_path: Path, model_settings: S
     report = train_round(settings, sft, pairs, tmp_path / "round", RoundSpec(sft_steps=1, dpo_steps=1, batch_size=2,
                                                                                max_length=192))  # fmt: skip
     assert report["model"].startswith("checkpoint:") and report["sft"]["steps"] == 1
+
+
+def test_an_interrupted_episode_resumes_from_its_checkpoint(settings: Settings) -> None:
+    from veriloop.errors import BackendError
+
+    calls = {"n": 0}
+
+    def flaky(prompt: Prompt) -> str:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise BackendError("the server went away")
+        return WRONG if calls["n"] == 1 else RIGHT
+
+    backend = ScriptedBackend([flaky])
+    with TrajectoryStore.from_settings(settings) as store:
+        run = create_run(
+            store, settings, agent="f2strans", suite="transcoder", options={"turns": 3}, task_ids=[ADD_ONE]
+        )
+        with pytest.raises(BackendError):
+            asyncio.run(execute_run(settings, store, run.id, backend=backend))
+        assert len(store.get_tree(run.id, ADD_ONE)) == 1
+        _, [attempt] = asyncio.run(execute_run(settings, store, run.id, backend=backend))
+        tree = store.get_tree(run.id, ADD_ONE)
+    assert attempt.status == "passed" and calls["n"] == 3
+    assert sorted(node.role for node in tree) == ["repair", "translate"]  # the first turn was not repeated
