@@ -231,18 +231,18 @@ class PlacedNode:
 def layout_tree(nodes: list[Node]) -> list[PlacedNode]:
     """A layered layout: leaves spaced evenly left to right, each parent centred over its children, depth down.
 
-    Built from `parent_id` links; a node whose parent is missing is drawn as a root.
+    The tree is `search.tree.build_tree` (networkx, linked by `parent_id`); a node whose parent is not
+    among `nodes` is drawn as a root.
     """
+    from veriloop.search.tree import build_tree, roots
+
+    graph = build_tree(nodes)
     by_id = {node.id: node for node in nodes}
-    children: dict[str | None, list[str]] = defaultdict(list)
-    for node in nodes:
-        parent = node.parent_id if node.parent_id in by_id else None
-        children[parent].append(node.id)
     placed: dict[str, PlacedNode] = {}
     next_leaf = [0.0]
 
     def place(node_id: str, level: int) -> float:
-        kids = children.get(node_id, [])
+        kids = [str(kid) for kid in graph.successors(node_id)]
         xs = [place(kid, level + 1) for kid in kids]
         if xs:
             x = (xs[0] + xs[-1]) / 2
@@ -252,8 +252,8 @@ def layout_tree(nodes: list[Node]) -> list[PlacedNode]:
         placed[node_id] = PlacedNode(node=by_id[node_id], x=x, y=float(level), children=kids)
         return x
 
-    for root in children.get(None, []):
-        place(root, 0)
+    for root in roots(graph):
+        place(str(root), 0)
     return [placed[node.id] for node in nodes if node.id in placed]
 
 
