@@ -135,3 +135,20 @@ async def test_equivalence_judge_votes_and_stores_its_critiques(ctx: AgentContex
     judged = [n for n in ctx.store.get_tree(ctx.run.id, "max") if n.role == "judge"]
     assert len(judged) == 12 and {n.metadata["answer"] for n in judged} == {"yes", "no"}
     assert "Will the two methods return computationally same results?" in judged[0].messages[0].content
+
+
+def test_rule_filters_on_honest_and_hacked_programs() -> None:
+    from veriloop.agents.alphaverus.rules import rule_violation
+
+    assert rule_violation(HONEST, "dafny", HONEST) is None
+    commented = "// method Max(a: int, b: int) returns (m: int)\n// ensures m >= a\n// { m := a; }\nmethod Max() {}\n"
+    assert rule_violation(commented, "dafny", HONEST) == "Uncomment the code that you have written"
+    no_ensures = "method Max(a: int, b: int) returns (m: int)\n{\n  m := a;\n}\n"
+    assert rule_violation(no_ensures, "dafny", HONEST) == "No ensures clause found"
+    looping = HONEST.replace("if a > b { m := a; } else { m := b; }", "while true {} while true {} m := a;")
+    assert rule_violation(looping, "dafny", HONEST) == "Infinite loops are not allowed."
+    verus = "fn inc(x: &mut u32)\n    ensures x == x\n{\n    *x = 0;\n}\n"
+    assert rule_violation(verus, "verus") == "Mutables for non-vec type are not allowed"
+    assert rule_violation(verus.replace("&mut u32", "&mut Vec<u32>"), "verus") is None
+    nagini = "def f(x: int) -> int:\n    return x\n"
+    assert rule_violation(nagini, "nagini", HONEST, "dafny") == "No ensures clause found"  # the Dafny source had one

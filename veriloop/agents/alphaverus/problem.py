@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from veriloop.agents.alphaverus.prompts import FENCE, followup_turn
+from veriloop.agents.alphaverus.rules import rule_violation
 from veriloop.llm.codeblocks import extract_code
 from veriloop.records import Candidate, Message, Node, Task, VerifyResult, VerifyStatus
 from veriloop.search.engine import Evaluation
@@ -66,6 +67,13 @@ class VerifierProblem:
         return extract_code(reply, FENCE.get(self.target))
 
     async def evaluate(self, code: str) -> Evaluation:
+        if self.target != "tests":
+            source = self.task.metadata.get("source")
+            reference, language = (source, "dafny") if source else (self.task.spec or self.task.prompt, self.target)
+            reason = rule_violation(code, self.target, reference, language)
+            if reason:
+                result = VerifyResult(status=VerifyStatus.REJECTED, tool=self.verifier.name, score=-1.0, reason=reason)
+                return Evaluation(result=result, score=-1.0, feedback=feedback(result), verifier_calls=0)
         candidate = Candidate(task_id=self.task.id, code=code, language=self.task.language)
         result = await self.verifier.verify(candidate, self.task)
         return Evaluation(result=result, score=self.scorer(result), feedback=feedback(result))
