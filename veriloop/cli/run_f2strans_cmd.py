@@ -42,6 +42,7 @@ def run_f2strans(
     Reports computational accuracy (share of functions whose translation passes its tests) and the
     mean style score (similarity to the human reference plus linter cleanliness) of the final answers.
     """
+    from veriloop.agents.base import make_agent
     from veriloop.agents.f2strans.data import summarize
     from veriloop.agents.runner import create_run, suite_of
     from veriloop.store import TrajectoryStore
@@ -52,6 +53,7 @@ def run_f2strans(
         "source": source, "target": target, "turns": turns, "samples": samples, "temperature": temperature,
         "max_tokens": max_tokens, "linter": linter, "concurrency": concurrency,
     }  # fmt: skip
+    make_agent("f2strans", options)  # a bad direction fails before the suite is read
     settings = state(ctx).settings()
     ids = list(task or [])
     if not ids:

@@ -139,6 +139,7 @@ def test_cli_reports_accuracy_and_style(settings: Settings, capsys: pytest.Captu
     assert report["computational_accuracy"] == 0.0 and 0.0 <= report["style"] <= 1.0
     assert all(attempt["style"] is not None for attempt in report["attempts"])
     assert main(["--home", home, "run", "f2strans", "--from", "cpp", "--to", "cpp"]) != 0
+    assert "must differ" in capsys.readouterr().err
 
 
 def test_agent_class_is_registered() -> None:
