@@ -62,3 +62,13 @@ def test_compiler_warnings_count_as_findings(language: str, tool: str) -> None:
 def test_languages_without_a_linter_use_similarity_only() -> None:
     score = style_score("func f(x int) int { return x }", "func f(x int) int {\n\treturn x\n}", "go")
     assert score.linter is None and score.score == score.similarity == 1.0
+
+
+def test_tidy_changes_layout_only() -> None:
+    from veriloop.agents.f2strans.style import tidy
+
+    assert tidy("def addOne ( x ) :\n    m = 1 ;\n    return ( x + m )", "python") == (
+        "def addOne(x):\n    m = 1\n    return x + m"
+    )
+    assert tidy("def f(:\n", "python") == "def f(:\n"
+    assert tidy("int f ( int x ) { return x; }", "cpp") == "int f ( int x ) { return x; }"

@@ -1,9 +1,9 @@
 """F2STrans's two training sets, built from stored translation nodes and the suite's human references.
 
 * Functional learning (stage 1, SFT): `source -> target` pairs whose target passes the target
-  language's tests: the suite's reference pairs (human translations, which pass by construction;
-  the paper mines such pairs and keeps those that agree under differential testing) plus every
-  stored model translation that passed. Prompt = the agent's first-turn request; completion = the
+  language's tests: the suite's reference pairs (human translations, laid out by `style.tidy`; they
+  pass by construction; the paper mines such pairs and keeps those that agree under differential
+  testing) plus every stored model translation that passed. Prompt = the agent's first-turn request; completion = the
   translation in one fenced block.
 * Style learning (stage 2, DPO): for one source, the positive is the passing candidate with the
   best style score (the human reference competes too, scored like any candidate), and negatives are
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from veriloop.agents.f2strans import prompts
-from veriloop.agents.f2strans.style import style_score
+from veriloop.agents.f2strans.style import style_score, tidy
 from veriloop.records import Attempt, Node, Task
 from veriloop.store import TrajectoryStore
 from veriloop.store.exports import Row
@@ -72,7 +72,7 @@ def functional_rows(
     rows: list[Row] = []
     for item in _directed(tasks, source, target):
         seen: set[str] = set()
-        found = [Scored(item.reference, True, 1.0)] if references else []
+        found = [Scored(tidy(item.reference, target), True, 1.0)] if references else []
         found += [candidate for candidate in by_task.get(item.task_id, []) if candidate.passed]
         for candidate in found:
             key = candidate.code.strip()
@@ -105,8 +105,9 @@ def style_rows(
         model = by_task.get(item.task_id, [])
         if not model:
             continue
-        reference_style = style_score(item.reference, item.reference, target, use_linter=linter).score
-        pool = [Scored(item.reference, True, reference_style), *model]
+        reference = tidy(item.reference, target)
+        reference_style = style_score(reference, item.reference, target, use_linter=linter).score
+        pool = [Scored(reference, True, reference_style), *model]
         positive = max((c for c in pool if c.passed), key=lambda c: c.style)
         negatives = [c for c in pool if c is not positive and (not c.passed or c.style < positive.style - margin)]
         negatives = [c for c in negatives if c.code.strip() != positive.code.strip()]

@@ -234,3 +234,19 @@ def style_score(candidate: str, reference: str, language: str, *, use_linter: bo
         linter=None if linted is None else linted[0],
         lines=lines,
     )
+
+
+def tidy(code: str, language: str) -> str:
+    """Layout-only clean-up of a human reference before it becomes a training target (Python: `ruff format`).
+
+    TransCoder's references are detokenised code (spaces inside brackets, stray semicolons); formatting
+    keeps the human's translation and drops the tokeniser's layout. Code that does not parse is kept as is.
+    """
+    ruff = _ruff() if language == "python" else None
+    if ruff is None:
+        return code
+    done = _run([ruff, "format", "--isolated", "--line-length", "120", "--stdin-filename", "reference.py", "-"],
+                stdin=code.rstrip("\n") + "\n")  # fmt: skip
+    if done is None or done.returncode != 0 or not done.stdout.strip():
+        return code
+    return done.stdout.rstrip("\n")
