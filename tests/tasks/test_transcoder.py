@@ -129,3 +129,26 @@ def test_references_pass_their_own_test_program(
     wrong = fill_slot(item.reference, item).replace("f_filled", "f_unused", 1)
     broken = asyncio.run(sandbox.run(harness_job(language, toolchain, wrong, item.tests)))  # type: ignore[attr-defined]
     assert broken.status is not ExecStatus.PASSED
+
+
+@pytest.mark.slow
+def test_the_javafx_pair_stand_in_behaves_like_the_real_one(sandbox: object) -> None:
+    toolchain = sandbox.toolchain  # type: ignore[attr-defined]
+    if not available("java", toolchain):
+        pytest.skip("the java toolchain is not installed")
+    harness = """import java.util.*;
+import javafx.util.Pair;
+public class PairCheck {
+//TOFILL
+    public static void main(String[] args) {
+        Pair<Integer, String> p = f_filled(3);
+        boolean ok = p.getKey() == 3 && p.getValue().equals("c") && p.equals(new Pair<>(3, "c"))
+            && p.hashCode() == new Pair<>(3, "c").hashCode() && p.toString().equals("3=c")
+            && new HashSet<>(Arrays.asList(p, new Pair<>(3, "c"))).size() == 1;
+        System.out.println("VERILOOP-TEST pair " + (ok ? "PASS" : "FAIL"));
+    }
+}
+"""
+    code = 'static Pair<Integer, String> f_filled(int x) { return new Pair<>(x, "abc".substring(x - 1)); }'
+    result = asyncio.run(sandbox.run(harness_job("java", toolchain, code, harness)))  # type: ignore[attr-defined]
+    assert result.status is ExecStatus.PASSED, result
