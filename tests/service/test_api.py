@@ -204,7 +204,7 @@ def test_openapi_lists_every_api_route_and_no_dashboard_page(idle_client: TestCl
     routes = [r for r in idle_client.app.routes if isinstance(r, APIRoute)]  # type: ignore[attr-defined]
     for route in routes:
         if route.path.startswith(("/api/", "/v1/")) or route.path == "/health":
-            methods = {method.lower() for method in route.methods}
+            methods = {method.lower() for method in route.methods or ()}
             assert methods <= set(schema["paths"][route.path]), route.path
     assert not any(path in schema["paths"] for path in ("/", "/runs/{run_id}", "/nodes/{node_id}", "/compare"))
     create_schema = schema["components"]["schemas"]["RunCreate"]

@@ -1,9 +1,9 @@
 """The dashboard in a real browser: Playwright driving Debian's Chromium (`scripts/setup-browser.sh` installs it).
 
 The pages are opened on a real run (the `direct` agent with the embedded model on two HumanEval
-tasks, made once per session) and on a stored refinement tree (parents, diagnostics, a guard
-rejection) that the tree and node pages need; each test checks what a person sees and saves a
-screenshot under `artifacts/browser/` (or `$VERILOOP_ARTIFACTS_DIR`). The last test starts
+tasks, queued and executed by a worker loop once per session) and on a stored refinement tree
+(parents, diagnostics, a guard rejection) that the tree and node pages need; each test checks what
+a person sees and saves a screenshot under `artifacts/browser/` (or `$VERILOOP_ARTIFACTS_DIR`). The last test starts
 `veriloop serve`, then `veriloop demo`, and watches the demo's run appear and finish in the page.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from veriloop.agents.runner import create_run, execute_run
+from veriloop.agents.runner import create_run
 from veriloop.config import Settings, StoreSettings
 from veriloop.records import (
     Attempt,
@@ -37,7 +37,10 @@ from veriloop.records import (
     VerifyResult,
     VerifyStatus,
 )
+from veriloop.service.executor import LocalExecutor
+from veriloop.service.worker import work
 from veriloop.store import TrajectoryStore
+from veriloop.store.jobs import JobQueue
 from veriloop.testing import CLI, ServedProcess, served
 
 CHROMIUM = shutil.which("chromium")
@@ -123,8 +126,10 @@ def dashboard(model_settings: Settings, tmp_path_factory: pytest.TempPathFactory
     settings = model_settings.model_copy(update={"store": StoreSettings(url=url)})
     with TrajectoryStore.from_settings(settings) as store:
         run = create_run(store, settings, agent="direct", suite="humaneval", limit=2)
-        finished, _ = asyncio.run(execute_run(settings, store, run.id))
-        assert finished.status is RunStatus.FINISHED
+        JobQueue(store).enqueue(run.id)
+        # Through the queue and a worker loop with the local executor, as `veriloop worker` runs it.
+        report = asyncio.run(work(settings, LocalExecutor(), once=True))
+        assert report.done == 1 and store.get_run(run.id).status is RunStatus.FINISHED
         tree_run, tree_nodes = refinement_tree(store)
     with served("--backend", "scripted", "--database", url, home=home, serve_args=["--workers", "0"]) as server:
         yield Dashboard(server=server, real_run=run.id, tree_run=tree_run, tree_nodes=tree_nodes)
