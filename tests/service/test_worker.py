@@ -95,3 +95,29 @@ def test_a_sigkilled_worker_loses_no_nodes_and_its_run_finishes(tmp_path: Path, 
         assert sorted(finished) == sorted(set(finished)) and len(finished) == 60  # each task finished exactly once
         job = JobQueue(store).get(run_id)
         assert job is not None and job.status is JobStatus.DONE and job.claims == 2
+
+
+def test_sigterm_hands_the_run_back_to_the_queue(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    run_id = queue_run(settings_for(tmp_path, url), limit=60, options={"concurrency": 1})
+    worker = subprocess.Popen(
+        worker_command(tmp_path, url, "--poll", "0.05"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        with TrajectoryStore(url) as store:
+            deadline = time.monotonic() + 60
+            while store.count_nodes(run_id) < 2:
+                assert worker.poll() is None and time.monotonic() < deadline
+                time.sleep(0.05)
+        worker.send_signal(signal.SIGTERM)
+        _, err = worker.communicate(timeout=60)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert worker.returncode == 0, err
+    assert "stopped on SIGTERM; the current run went back to the queue" in err
+    with TrajectoryStore(url) as store:
+        job = JobQueue(store).get(run_id)
+        assert job is not None and job.status is JobStatus.QUEUED and job.worker is None
+        assert store.get_run(run_id).status is RunStatus.RUNNING  # not cancelled: the next worker resumes it

@@ -1,4 +1,4 @@
-"""`veriloop worker`: execute runs queued in the database (by the API, the dashboard or `veriloop submit`).
+"""`veriloop worker`: execute runs queued in the database (through the REST API or the dashboard).
 
 Any number of workers on any number of machines may share one PostgreSQL database: each run is
 claimed by one worker with a lease it renews; a worker that dies (even by SIGKILL) loses its lease
