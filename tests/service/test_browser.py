@@ -15,6 +15,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,8 @@ def refinement_tree(store: TrajectoryStore) -> tuple[str, dict[str, str]]:
     """A stored three-turn refinement of HumanEval/0 (as a refining agent stores it) plus HumanEval/1 solved."""
     run = store.create_run(
         Run(agent="refine-fixture", suite="humaneval", model="scripted", status=RunStatus.FINISHED,
-            settings={"limit": 2, "task_ids": ["HumanEval/0", "HumanEval/1"]})
+            settings={"limit": 2, "task_ids": ["HumanEval/0", "HumanEval/1"]},
+            finished_at=datetime.now(UTC) + timedelta(seconds=5.2))
     )  # fmt: skip
     buggy = "def has_close_elements(numbers, threshold):\n    return False\n"
     closer = "def has_close_elements(numbers, threshold):\n    for a in numbers:\n        return a < threshold\n"
