@@ -14,10 +14,12 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from dataclasses import dataclass
 
 from veriloop.agents.runner import PREEMPTED
 from veriloop.config import Settings
+from veriloop.errors import VeriloopError
 from veriloop.llm.base import Backend
 from veriloop.records import RunStatus
 from veriloop.service.executor import Executor
@@ -57,9 +59,17 @@ async def run_job(
     verdict: list[Heartbeat] = []
 
     async def beat() -> None:
+        renewed = time.monotonic()
         while True:
             await asyncio.sleep(beat_s)
-            state = await asyncio.to_thread(queue.heartbeat, job, lease_s)
+            try:
+                state = await asyncio.to_thread(queue.heartbeat, job, lease_s)
+                renewed = time.monotonic()
+            except VeriloopError as exc:  # the database is unreachable: keep trying while the lease lasts
+                logger.warning("heartbeat for run %s failed: %s", job.run_id, exc)
+                if time.monotonic() - renewed < lease_s:
+                    continue
+                state = Heartbeat.LOST  # another worker may hold the run by now: stop without writing
             if state is not Heartbeat.OK:
                 verdict.append(state)
                 execution.cancel(PREEMPTED if state is Heartbeat.LOST else None)
