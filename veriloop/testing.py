@@ -90,6 +90,40 @@ class ScriptedBackend:
         return None
 
 
+Scorer = Callable[[str, Sequence[str]], Mapping[str, float]]
+"""(raw prompt, tokens) -> log-probability of each token right after the prompt."""
+
+
+class ScriptedScoringBackend(ScriptedBackend):
+    """A ScriptedBackend that also renders chats as plain text and scores next tokens with a function.
+
+    Stands in for the embedded backend's `render_chat` / `next_token_logprobs` (used by ReVISE); it records
+    every scored prompt. Without a scorer, every token gets log(1/len(tokens)) and the first one wins ties.
+    """
+
+    def __init__(self, replies: Sequence[Reply] = (), scorer: Scorer | None = None, model: str = "scripted") -> None:
+        super().__init__(replies, model=model)
+        self._scorer = scorer
+        self.scored: list[str] = []
+
+    def render_chat(self, messages: Sequence[Message]) -> str:
+        turns = "".join(f"<|{message.role}|>\n{message.content}\n" for message in messages)
+        return turns + "<|assistant|>\n"
+
+    async def next_token_logprobs(self, prompts: Sequence[str], tokens: Sequence[str]) -> list[dict[str, float]]:
+        import math
+
+        results = []
+        for prompt in prompts:
+            self.scored.append(prompt)
+            if self._scorer is None:
+                results.append({token: -math.log(len(tokens)) for token in tokens})
+            else:
+                scores = self._scorer(prompt, tokens)
+                results.append({token: float(scores[token]) for token in tokens})
+        return results
+
+
 def user(content: str) -> list[Message]:
     """A one-message conversation."""
     return [Message(role="user", content=content)]

@@ -25,6 +25,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ import torch
 from veriloop.config import Settings
 from veriloop.errors import BackendError, ConfigError
 from veriloop.llm.batcher import ContinuousBatcher, RowOutput, SampleSpec, SpeculativePrefill
-from veriloop.records import Completion, Prompt, SamplingParams, Usage
+from veriloop.records import Completion, Message, Prompt, SamplingParams, Usage
 
 log = logging.getLogger(__name__)
 
@@ -373,6 +374,7 @@ class EmbeddedBackend:
         self.tokenizer = tokenizer
         self._model_id = model_id
         self.kernels: dict[str, Any] = {}
+        self._score_lock = threading.Lock()
         """What `apply_kernels` did to the model (from_settings)."""
         self.batcher = ContinuousBatcher(
             model,
@@ -411,6 +413,44 @@ class EmbeddedBackend:
         messages = [{"role": message.role, "content": message.content} for message in prompt]
         text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         return list(self.tokenizer(text, add_special_tokens=False).input_ids)
+
+    def render_chat(self, messages: Sequence[Message]) -> str:
+        """A conversation as the raw text the chat template makes of it, up to where the assistant's reply starts.
+
+        Methods that continue a reply mid-turn (ReVISE's decision tokens) extend this text and send it raw.
+        """
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise BackendError(f"model {self._model_id!r} has no chat template; send a raw text prompt")
+        turns = [{"role": message.role, "content": message.content} for message in messages]
+        text: str = self.tokenizer.apply_chat_template(turns, add_generation_prompt=True, tokenize=False)
+        return text
+
+    async def next_token_logprobs(self, prompts: Sequence[str], tokens: Sequence[str]) -> list[dict[str, float]]:
+        """log p(token | prompt) of each vocabulary entry in `tokens` right after each raw-text prompt.
+
+        One forward pass per prompt on a worker thread beside the batcher (inference only, so the two
+        share the weights safely); scoring calls run one at a time.
+        """
+        if self.batcher.closed:
+            raise BackendError("the embedded backend is closed")
+        vocab = self.tokenizer.get_vocab()
+        missing = [token for token in tokens if token not in vocab]
+        if missing:
+            raise BackendError(f"model {self._model_id!r} has no token(s) {', '.join(map(repr, missing))}")
+        token_ids = [int(vocab[token]) for token in tokens]
+        encoded = [self.encode(prompt) for prompt in prompts]
+
+        def score() -> list[dict[str, float]]:
+            device = next(self.model.parameters()).device
+            results = []
+            with self._score_lock, torch.inference_mode():
+                for ids in encoded:
+                    logits = self.model(input_ids=torch.tensor([ids], device=device), use_cache=False).logits[0, -1]
+                    logps = torch.log_softmax(logits.float(), dim=-1)
+                    results.append({token: float(logps[i]) for token, i in zip(tokens, token_ids, strict=True)})
+            return results
+
+        return await asyncio.to_thread(score)
 
     async def generate(self, requests: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
         if self.batcher.closed:

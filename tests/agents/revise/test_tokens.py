@@ -1,0 +1,102 @@
+"""Decision tokens added to a tiny model (embedding resized, rows from words), saved, trained, served back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from veriloop.agents.revise.prompts import DECISION_TOKENS, EOS_TOKEN, REFINE_TOKEN
+from veriloop.config import Settings, load_settings
+from veriloop.llm.embedded import EmbeddedBackend, resolve_model
+from veriloop.records import Message
+from veriloop.store import TrajectoryStore
+from veriloop.store.exports import write_rows
+from veriloop.testing import tiny_causal_lm
+from veriloop.training.common import TrainSpec
+from veriloop.training.revise import encode_continuation, train_sft_dpo
+from veriloop.training.special_tokens import add_special_tokens, has_tokens, prepare_model
+
+
+def tiny_home(tmp_path: Path) -> Settings:
+    model, tokenizer = tiny_causal_lm()
+    folder = tmp_path / "tiny"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return load_settings(paths={"home": tmp_path / "home"}, llm={"model": str(folder)})
+
+
+def test_tokens_are_added_and_the_embedding_resized() -> None:
+    model, tokenizer = tiny_causal_lm()
+    before = len(tokenizer)
+    wrong_ids = tokenizer(" wrong", add_special_tokens=False).input_ids
+    ids = add_special_tokens(model, tokenizer, {"[eos]": ("{eos_token}",), "[refine]": (" wrong",)})
+    assert len(tokenizer) == before + 2 and sorted(ids.values()) == [before, before + 1]
+    weight = model.get_input_embeddings().weight
+    assert weight.shape[0] == before + 2 and model.get_output_embeddings().weight.shape[0] == before + 2
+    assert torch.equal(weight[ids["[eos]"]], weight[tokenizer.eos_token_id])
+    assert torch.allclose(weight[ids["[refine]"]], weight[wrong_ids].mean(dim=0))
+    assert torch.allclose(model.get_output_embeddings().weight[ids["[refine]"]],
+                          model.get_output_embeddings().weight[wrong_ids].mean(dim=0))  # fmt: skip
+    assert tokenizer.tokenize("ab[refine]c") == ["a", "b", "[refine]", "c"]  # one token, never split
+    assert add_special_tokens(model, tokenizer, {"[eos]": ("x",)}) == {"[eos]": ids["[eos]"]}  # already there
+    assert len(tokenizer) == before + 2
+
+
+async def test_prepared_model_is_a_checkpoint_the_backend_scores_with(tmp_path: Path) -> None:
+    settings = tiny_home(tmp_path)
+    folder, model_id = prepare_model(settings, DECISION_TOKENS)
+    again, same_id = prepare_model(settings, DECISION_TOKENS)
+    assert (again, same_id) == (folder, model_id)  # built and registered once
+    assert resolve_model(f"checkpoint:{model_id}", settings) == folder
+    served = load_settings(paths={"home": tmp_path / "home"}, llm={"model": f"checkpoint:{model_id}"})
+    backend = EmbeddedBackend.from_settings(served)
+    try:
+        assert has_tokens(backend.tokenizer, list(DECISION_TOKENS))
+        prefix = backend.render_chat([Message(role="user", content="hi")])
+        assert prefix.endswith("<|im_start|>assistant\n")
+        [scores] = await backend.next_token_logprobs([prefix + "x"], [EOS_TOKEN, REFINE_TOKEN])
+        with torch.no_grad():
+            logits = backend.model(input_ids=torch.tensor([backend.encode(prefix + "x")])).logits[0, -1]
+        expected = torch.log_softmax(logits, dim=-1)[backend.tokenizer.convert_tokens_to_ids(EOS_TOKEN)]
+        assert abs(scores[EOS_TOKEN] - float(expected)) < 1e-4 and scores[REFINE_TOKEN] < 0
+    finally:
+        backend.close()
+
+
+def test_encode_continuation_trains_only_the_continuation() -> None:
+    _, tokenizer = tiny_causal_lm()
+    add_special_tokens(_, tokenizer, {"[eos]": ("{eos_token}",)})
+    item = encode_continuation(tokenizer, [{"role": "user", "content": "q"}], "abc", "[eos]", 64)
+    trained = [token for token, label in zip(item.input_ids, item.labels, strict=True) if label != -100]
+    assert trained == [tokenizer.convert_tokens_to_ids("[eos]")]
+    long = encode_continuation(tokenizer, "q" * 100, "abc", "[eos]xyz", 16)
+    assert len(long.input_ids) == 16 and long.labels[-4:] == long.input_ids[-4:]  # the prompt's start is cut
+
+
+def test_a_stage_trains_the_decision_and_registers_the_checkpoint(tmp_path: Path) -> None:
+    settings = tiny_home(tmp_path)
+    folder, _ = prepare_model(settings, DECISION_TOKENS)
+    question = [{"role": "user", "content": "q"}]
+    rows: list[dict[str, Any]] = [
+        {"prompt": question, "prefix": "right", "chosen": EOS_TOKEN, "rejected": REFINE_TOKEN},
+        {"prompt": question, "prefix": "wrong", "chosen": REFINE_TOKEN + "ok" + EOS_TOKEN, "rejected": EOS_TOKEN},
+    ]
+    data = write_rows(rows, tmp_path / "rows.jsonl", "jsonl")
+    spec = TrainSpec(
+        method="revise-stage1", data=data, out=tmp_path / "out", model=str(folder), lora=True, lora_rank=4,
+        steps=3, batch_size=2, learning_rate=1e-2, save_every=3, options={"train_tokens": list(DECISION_TOKENS)},
+    )  # fmt: skip
+    result = train_sft_dpo(spec, settings)
+    assert result.model_id is not None and result.steps == 3
+    assert result.metrics["loss_last"] < result.metrics["loss_first"]
+    from transformers import AutoModelForCausalLM
+
+    trained: Any = AutoModelForCausalLM.from_pretrained(result.path)
+    start: Any = AutoModelForCausalLM.from_pretrained(folder)
+    [eos_id] = [start.config.vocab_size - 2]
+    assert trained.config.vocab_size == start.config.vocab_size
+    assert not torch.equal(trained.get_input_embeddings().weight[eos_id], start.get_input_embeddings().weight[eos_id])
+    with TrajectoryStore.from_settings(settings) as store:
+        assert store.get_model(result.model_id).method == "revise-stage1"

@@ -1,0 +1,216 @@
+"""`veriloop bench revise`: ReVISE pass@1 on a HumanEval slice: plain sampling, majority vote and
+confidence-aware decoding before the curriculum, and confidence-aware decoding after it, in one run.
+
+    M0    = the embedded model + [eos]/[refine] (embeddings resized, rows started from words)
+    train = K samples per training task with M0, tested and stored            (run `revise` on the train slice)
+    eval  = K trajectories per evaluation task with M0: first attempts give plain sampling (mean pass over
+            the K) and majority vote (by normalised code); the agent's answer is confidence-aware decoding
+    M2    = stage 1 (verify) then stage 2 (correct) on the training samples (LoRA, few steps)
+    eval  = the same with M2: after_curriculum_confidence_aware
+
+The slices are disjoint (stage 2 trains on reference solutions): evaluation takes every 5th HumanEval
+task, training the next two after each. Each run is stored; run ids are in the output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from veriloop.config import Settings
+
+
+def _say(message: str) -> None:
+    print(f"[bench revise] {message}", file=sys.stderr, flush=True)
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="veriloop bench revise", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--eval-tasks", type=int, default=24, help="HumanEval tasks evaluated (every 5th).")
+    parser.add_argument("--train-tasks", type=int, default=32, help="HumanEval tasks sampled for the curriculum.")
+    parser.add_argument("--samples", type=int, default=4, help="K samples per task.")
+    parser.add_argument("--temperature", type=float, default=0.7)
+    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--refinements", type=int, default=1, help="Refinements per trajectory at most.")
+    parser.add_argument("--steps", type=int, nargs=2, default=[16, 16], help="Optimiser steps of stages 1 and 2.")
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--learning-rate", type=float, default=3e-4)
+    parser.add_argument("--max-length", type=int, default=512)
+    parser.add_argument("--max-batch-size", type=int, default=16, help="Rows decoded together.")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+def slices(ids: Sequence[str], eval_tasks: int, train_tasks: int) -> tuple[list[str], list[str]]:
+    """(evaluation ids: every 5th task, training ids: the two after each of them), disjoint."""
+    evaluation = [ids[i] for i in range(0, len(ids), 5)][:eval_tasks]
+    training = [ids[i + j] for i in range(0, len(ids) - 2, 5) for j in (1, 2)][:train_tasks]
+    return evaluation, training
+
+
+def auroc(positives: Sequence[float], negatives: Sequence[float]) -> float | None:
+    """P(score of a right attempt > score of a wrong one), ties half: the verifier's AUROC."""
+    if not positives or not negatives:
+        return None
+    wins = sum((p > n) + 0.5 * (p == n) for p in positives for n in negatives)
+    return wins / (len(positives) * len(negatives))
+
+
+def run_metrics(store: Any, run_id: str, task_ids: Sequence[str]) -> dict[str, Any]:
+    """pass@1 of sampling, majority and the agent's answer, plus how the decisions did, from the stored run."""
+    from veriloop.agents.revise.graph import vote
+    from veriloop.agents.revise.prompts import REFINE_TOKEN, normalize_code
+
+    attempts = {attempt.task_id: attempt for attempt in store.list_attempts(run_id)}
+    sampling, majority, answer = [], [], []
+    right_conf: list[float] = []
+    wrong_conf: list[float] = []
+    refined = fixed = broken = trajectories = 0
+    for task_id in task_ids:
+        nodes = store.get_tree(run_id, task_id)
+        first = sorted((n for n in nodes if n.role == "generate"), key=lambda n: n.metadata["trajectory"])
+        passed = [bool(n.exec_result and n.exec_result.passed) for n in first]
+        sampling.append(sum(passed) / len(passed))
+        chosen, _ = vote([normalize_code(n.code or "") for n in first], [1.0] * len(first))
+        majority.append(passed[chosen])
+        answer.append(attempts[task_id].status == "passed")
+        by_parent = {n.parent_id: n for n in nodes if n.role in ("verify", "refine")}
+        for attempt in first:
+            trajectories += 1
+            decision = by_parent.get(attempt.id)
+            if decision is None:
+                continue
+            ok = bool(attempt.exec_result and attempt.exec_result.passed)
+            (right_conf if ok else wrong_conf).append(float(decision.metadata["p_eos"]))
+            if decision.metadata["decision"] == REFINE_TOKEN:
+                refined += 1
+                child = by_parent.get(decision.id)
+                now = bool(child is not None and child.exec_result and child.exec_result.passed)
+                fixed += (not ok) and now
+                broken += ok and not now
+    n = len(task_ids)
+    return {
+        "sampling": sum(sampling) / n,
+        "majority": sum(majority) / n,
+        "confidence_aware": sum(answer) / n,
+        "first_attempts_right": len(right_conf),
+        "first_attempts_wrong": len(wrong_conf),
+        "verification_auroc": auroc(right_conf, wrong_conf),
+        "mean_p_eos_right": sum(right_conf) / len(right_conf) if right_conf else None,
+        "mean_p_eos_wrong": sum(wrong_conf) / len(wrong_conf) if wrong_conf else None,
+        "refined_share": refined / trajectories if trajectories else 0.0,
+        "refinements_fixed": fixed,
+        "refinements_broke": broken,
+    }
+
+
+async def _execute(settings: Settings, store: Any, run_id: str, backend: Any) -> float:
+    from veriloop.agents.runner import execute_run
+
+    started = time.perf_counter()
+    await execute_run(settings, store, run_id, backend=backend)
+    return time.perf_counter() - started
+
+
+def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
+    import torch
+
+    from veriloop.agents.revise.curriculum import CurriculumSpec, run_curriculum
+    from veriloop.agents.revise.prompts import DECISION_TOKENS
+    from veriloop.agents.runner import create_run
+    from veriloop.llm.embedded import EmbeddedBackend
+    from veriloop.store import TrajectoryStore
+    from veriloop.tasks import load_suite
+    from veriloop.training.common import stderr_progress
+    from veriloop.training.special_tokens import prepare_model
+
+    args = parse(argv)
+    torch.set_num_threads(1)
+    settings = settings.model_copy(
+        update={"llm": settings.llm.model_copy(update={"backend": "embedded", "max_batch_size": args.max_batch_size})}
+    )
+    seconds: dict[str, float] = {}
+    started = time.perf_counter()
+    m0, m0_id = prepare_model(settings, DECISION_TOKENS)
+    suite = load_suite("humaneval", settings)
+    eval_ids, train_ids = slices([task.id for task in suite.tasks], args.eval_tasks, args.train_tasks)
+    options = {
+        "samples": args.samples,
+        "temperature": args.temperature,
+        "max_tokens": args.max_tokens,
+        "max_refinements": args.refinements,
+        "selection": "confidence",
+        "seed": args.seed,
+    }
+    m0_settings = settings.model_copy(update={"llm": settings.llm.model_copy(update={"model": str(m0)})})
+    report: dict[str, Any] = {}
+    with TrajectoryStore.from_settings(settings) as store:
+        runs = {
+            "train": create_run(
+                store, m0_settings, agent="revise", suite="humaneval", options=options, task_ids=train_ids
+            ),
+            "before": create_run(
+                store, m0_settings, agent="revise", suite="humaneval", options=options, task_ids=eval_ids
+            ),
+        }
+        backend = EmbeddedBackend.from_settings(m0_settings)
+        try:
+            _say(f"sampling {len(train_ids)} training tasks x {args.samples} with M0 ({m0})")
+            seconds["sample_train"] = asyncio.run(_execute(m0_settings, store, runs["train"].id, backend))
+            _say(f"evaluating M0 on {len(eval_ids)} tasks")
+            seconds["eval_before"] = asyncio.run(_execute(m0_settings, store, runs["before"].id, backend))
+        finally:
+            backend.close()
+        before = run_metrics(store, runs["before"].id, eval_ids)
+        _say(f"before: {before}")
+        tasks = {task.id: task for task in suite.tasks if task.id in set(train_ids)}
+        spec = CurriculumSpec(
+            base=str(m0),
+            out=settings.paths.home / "checkpoints" / "revise-curriculum",
+            steps=(args.steps[0], args.steps[1]),
+            batch_size=args.batch_size,
+            learning_rate=args.learning_rate,
+            max_length=args.max_length,
+            seed=args.seed,
+        )
+        tick = time.perf_counter()
+        curriculum = run_curriculum(settings, store, [runs["train"].id], tasks, spec, stderr_progress)
+        seconds["curriculum"] = time.perf_counter() - tick
+        m2_settings = settings.model_copy(
+            update={"llm": settings.llm.model_copy(update={"model": curriculum["model"]})}
+        )
+        runs["after"] = create_run(
+            store, m2_settings, agent="revise", suite="humaneval", options=options, task_ids=eval_ids
+        )
+        backend = EmbeddedBackend.from_settings(m2_settings)
+        try:
+            _say(f"evaluating M2 on {len(eval_ids)} tasks")
+            seconds["eval_after"] = asyncio.run(_execute(m2_settings, store, runs["after"].id, backend))
+        finally:
+            backend.close()
+        after = run_metrics(store, runs["after"].id, eval_ids)
+        _say(f"after: {after}")
+    seconds["total"] = time.perf_counter() - started
+    report = {
+        "n": len(eval_ids),
+        "pass_at_1": {
+            "sampling": before["sampling"],
+            "majority": before["majority"],
+            "confidence_aware": before["confidence_aware"],
+            "after_curriculum_confidence_aware": after["confidence_aware"],
+        },
+        "before_curriculum": before,
+        "after_curriculum": after,
+        "curriculum": {
+            stage: {key: curriculum[stage][key] for key in ("rows", "kinds", "model_id", "metrics")}
+            for stage in ("stage1", "stage2")
+        },
+        "config": {**vars(args), "m0": m0_id, "eval_tasks": eval_ids, "train_tasks": train_ids},
+        "runs": {name: run.id for name, run in runs.items()},
+        "seconds": {key: round(value, 1) for key, value in seconds.items()},
+    }
+    return report

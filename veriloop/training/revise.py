@@ -1,0 +1,140 @@
+"""ReVISE's training step: L = L_SFT(chosen) + lambda * L_DPO on replies that continue a turn mid-way.
+
+ReVISE's preference rows judge what follows an attempt inside the same assistant turn (a decision
+token, or `[refine]` and a corrected attempt), so a row is a conversation (`prompt`), the assistant
+text so far (`prefix`) and two continuations (`chosen`, `rejected`). The shared preference loop
+chat-templates completions as whole turns, hence this small trainer on the shared pieces
+(`run_loop`, `save_and_register`, `losses`). LoRA adapts every linear layer; the rows of the new
+special tokens (`options["train_tokens"]`) are trained too, since LoRA never touches embeddings.
+
+Options: `dpo_weight` (lambda, 0.1 as reported for the paper), `beta` (0.1), `train_tokens`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from veriloop.config import Settings
+from veriloop.errors import ConfigError
+from veriloop.store.exports import Row, content_hash
+from veriloop.training import losses
+from veriloop.training.common import (
+    Encoded,
+    Progress,
+    TrainResult,
+    TrainSpec,
+    load_tokenizer,
+    loss_summary,
+    model_folder,
+    pad_batch,
+    read_rows,
+    run_loop,
+    save_and_register,
+    seed_everything,
+)
+
+COLUMNS = ("prompt", "prefix", "chosen", "rejected")
+
+
+def encode_continuation(tokenizer: Any, prompt: Any, prefix: str, completion: str, max_length: int) -> Encoded:
+    """Chat-template the conversation, append the reply so far, then the continuation (the only trained part).
+
+    Long rows lose the start of the prompt, never the continuation's beginning (the decision token).
+    """
+    turns = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+    text = tokenizer.apply_chat_template(turns, add_generation_prompt=True, tokenize=False) + prefix
+    prompt_ids = list(tokenizer(text, add_special_tokens=False).input_ids)
+    reply_ids = list(tokenizer(completion, add_special_tokens=False).input_ids)
+    reply_ids = reply_ids[: max(1, max_length - min(len(prompt_ids), max_length // 2))]
+    keep = max_length - len(reply_ids)
+    prompt_ids = prompt_ids[-keep:] if keep > 0 else []
+    return Encoded(prompt_ids + reply_ids, [losses.IGNORE_INDEX] * len(prompt_ids) + reply_ids)
+
+
+def _peft_model(model: Any, spec: TrainSpec, token_ids: Sequence[int]) -> Any:
+    if not spec.lora:
+        return model
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(
+        r=spec.lora_rank,
+        lora_alpha=2 * spec.lora_rank,
+        target_modules="all-linear",
+        lora_dropout=0.0,
+        task_type="CAUSAL_LM",
+        trainable_token_indices=list(token_ids) or None,
+    )
+    return get_peft_model(model, config)
+
+
+def _logps(model: Any, items: Sequence[Encoded], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum of log-probs, number of tokens) of each item's trained part."""
+    ids, mask, labels = pad_batch(items, pad_id)
+    logits = model(input_ids=ids, attention_mask=mask).logits
+    token_logps, token_mask = losses.token_logps(logits, labels)
+    return token_logps.sum(dim=-1), token_mask.sum(dim=-1).clamp(min=1)
+
+
+def train_sft_dpo(spec: TrainSpec, settings: Settings, progress: Progress | None = None) -> TrainResult:
+    """One ReVISE stage on {prompt, prefix, chosen, rejected} rows; registers the merged checkpoint."""
+    beta = float(spec.options.get("beta", 0.1))
+    dpo_weight = float(spec.options.get("dpo_weight", 0.1))
+    rows: list[Row] = read_rows(spec, COLUMNS)
+    seed_everything(spec.seed)
+    from transformers import AutoModelForCausalLM
+
+    folder = model_folder(spec, settings)
+    tokenizer = load_tokenizer(folder)
+    model: Any = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    vocab = tokenizer.get_vocab()
+    names = [str(token) for token in spec.options.get("train_tokens", [])]
+    unknown = [token for token in names if token not in vocab]
+    if unknown:
+        raise ConfigError(f"train_tokens {unknown} are not in the vocabulary of {folder}")
+    encoded = [
+        (encode_continuation(tokenizer, row["prompt"], row["prefix"], row["chosen"], spec.max_length),
+         encode_continuation(tokenizer, row["prompt"], row["prefix"], row["rejected"], spec.max_length))
+        for row in rows
+    ]  # fmt: skip
+    pad = int(tokenizer.pad_token_id)
+    model.eval()
+    with torch.no_grad():
+        reference = torch.cat(
+            [
+                _logps(model, [item for pair in encoded[start : start + spec.batch_size] for item in pair], pad)[0]
+                for start in range(0, len(encoded), spec.batch_size)
+            ]
+        ).view(-1, 2)
+    model = _peft_model(model, spec, [int(vocab[token]) for token in names])
+    order = list(range(len(rows)))
+    random.Random(spec.seed).shuffle(order)
+
+    def step_loss(step: int) -> tuple[torch.Tensor, dict[str, float]]:
+        start = (step * spec.batch_size) % len(order)
+        batch = [order[(start + offset) % len(order)] for offset in range(min(spec.batch_size, len(order)))]
+        sums, counts = _logps(model, [item for index in batch for item in encoded[index]], pad)
+        sums, counts = sums.view(-1, 2), counts.view(-1, 2)
+        ref = reference[batch]
+        sft = -(sums[:, 0] / counts[:, 0]).mean()
+        dpo = losses.dpo_loss(sums[:, 0], sums[:, 1], ref[:, 0], ref[:, 1], beta=beta).mean()
+        margin = losses.preference_margin(sums[:, 0], sums[:, 1], ref[:, 0], ref[:, 1]).detach()
+        metrics = {
+            "sft": float(sft.detach()),
+            "dpo": float(dpo.detach()),
+            "accuracy": float((margin > 0).float().mean()),
+        }
+        return sft + dpo_weight * dpo, metrics
+
+    state = run_loop(
+        model, spec, step_loss, learning_rate=spec.learning_rate or (1e-4 if spec.lora else 1e-5), progress=progress
+    )
+    metrics = {"loss_type": "sft+dpo", "beta": beta, "dpo_weight": dpo_weight, **loss_summary(state.losses)}
+    rows_hash = content_hash([[row.get(column) for column in COLUMNS] for row in rows])
+    return save_and_register(
+        spec, settings, model, tokenizer, rows_hash=rows_hash, steps=state.step, metrics=metrics,
+        resumed_from=state.resumed_from,
+    )  # fmt: skip
