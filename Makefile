@@ -10,15 +10,18 @@ export VERILOOP_PATHS__DATA_DIR ?= $(abspath ../shared/data)
 setup:
 	@scripts/setup-python.sh
 
-# Test services: sandbox tools and dockerd, the verifiers (Dafny, Nagini's own venv), PostgreSQL.
+# Test services: sandbox tools and dockerd, the verifiers (Dafny, Nagini's own venv), PostgreSQL,
+# Chromium and docker-compose for the dashboard's browser tests and the compose.yaml check.
 services:
 	@bash scripts/setup-sandbox.sh
 	@bash scripts/setup-verifiers.sh
+	@bash scripts/setup-browser.sh > /dev/null
 	@bash scripts/start-postgres.sh > .postgres-url
 
-# The demo needs bubblewrap (its default sandbox) but not Docker.
+# The demo needs bubblewrap (its default sandbox) and Dafny (its Treefinement step), not Docker or Nagini.
 demo: setup
 	@VERILOOP_SKIP_DOCKER=1 bash scripts/setup-sandbox.sh
+	@VERILOOP_SKIP_NAGINI=1 bash scripts/setup-verifiers.sh
 	$(BIN)/veriloop demo
 
 lint: setup
