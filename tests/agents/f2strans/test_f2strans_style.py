@@ -45,6 +45,7 @@ def test_ruff_findings_lower_the_score() -> None:
     assert off.lint is None and off.score == off.similarity
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("language", "tool"), [("cpp", "g++"), ("c", "gcc"), ("java", "javac")])
 def test_compiler_warnings_count_as_findings(language: str, tool: str) -> None:
     if shutil.which(tool) is None:
