@@ -154,6 +154,11 @@ def test_bad_input_gets_a_clear_4xx_and_changes_nothing(idle_client: TestClient,
         assert store.list_runs() == [] and store.list_tasks() == []
 
 
+def test_a_run_may_ask_for_another_model(idle_client: TestClient) -> None:
+    run = create(idle_client, model="checkpoint:abc")["run"]
+    assert run["model"] == "checkpoint:abc" and run["settings"]["llm"]["model"] == "checkpoint:abc"
+
+
 def test_cancel_and_resume_a_queued_run(idle_client: TestClient) -> None:
     run_id = create(idle_client)["run"]["id"]
     cancelled = idle_client.post(f"/api/runs/{run_id}/cancel")

@@ -10,7 +10,7 @@ from veriloop.config import Settings, load_settings
 from veriloop.errors import ConfigError, StoreError
 from veriloop.llm.base import Backend
 from veriloop.records import Run, RunStatus
-from veriloop.service.executor import Executor
+from veriloop.service.executor import Executor, settings_for_run
 from veriloop.service.worker import run_job, work
 from veriloop.store import TrajectoryStore
 from veriloop.store.jobs import Heartbeat, Job, JobQueue, JobStatus
@@ -92,3 +92,12 @@ async def test_a_requested_cancel_stops_the_execution(tmp_path: Path) -> None:
     ended = queue.get(run.id)
     assert ended is not None and ended.status is JobStatus.CANCELLED
     store.close()
+
+
+def test_a_run_executes_with_the_model_it_asked_for() -> None:
+    settings = load_settings(llm={"backend": "openai", "model": "served"})
+    same = Run(agent="direct", suite="humaneval", model="served")
+    other = Run(agent="direct", suite="humaneval", model="checkpoint:abc")
+    assert settings_for_run(settings, same) is settings  # the process's backend can be shared
+    changed = settings_for_run(settings, other)
+    assert (changed.llm.backend, changed.llm.model) == ("openai", "checkpoint:abc")
