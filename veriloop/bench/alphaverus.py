@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import sys
 import time
@@ -80,6 +81,13 @@ async def _filters(
     return counts
 
 
+def save_partial(settings: Settings, result: dict[str, Any]) -> None:
+    """What is measured so far, so an interrupted bench still leaves its finished searches behind."""
+    path = settings.paths.home / "bench" / "alphaverus.partial.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1, default=str))
+
+
 async def run_setting(
     name: str,
     tasks: list[Task],
@@ -89,9 +97,10 @@ async def run_setting(
     store: TrajectoryStore,
     backend: Backend,
     sandbox: Sandbox,
+    result: dict[str, Any],
 ) -> dict[str, Any]:
     """Every search on every task of one setting; one stored run per search."""
-    report: dict[str, Any] = {}
+    report: dict[str, Any] = result.setdefault(name, {})
     by_id = {task.id: task for task in tasks}
     store.upsert_tasks(tasks)
     for kind in args.searches.split(","):
@@ -135,6 +144,7 @@ async def run_setting(
             "wall_s": round(wall, 2),
             "filters": {"guard_rejected_nodes": guard, **checks},
         }
+        save_partial(settings, result)
         _log(f"  {name} {kind}: solved {len(solved)}/{len(tasks)}, calls {report[kind]['llm_calls']}, "
              f"mean best {report[kind]['mean_best_score']}, {wall:.0f} s")  # fmt: skip
     return report
@@ -167,15 +177,13 @@ async def run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
             suite = load_suite("dafnybench-hints", settings)
             tasks = sorted(suite.tasks, key=lambda task: len(task.prompt))[: args.dafny_tasks]
             _log(f"dafny_hints: {len(tasks)} programs of {suite.name} ({suite.version})")
-            result["dafny_hints"] = await run_setting("dafny_hints", tasks, "dafny", args, settings, store, backend,
-                                                      sandbox)  # fmt: skip
+            await run_setting("dafny_hints", tasks, "dafny", args, settings, store, backend, sandbox, result)
             result["dafny_hints_suite"] = suite.version
         if "humaneval_tests" in chosen:
             suite = load_suite("humaneval", settings)
             tasks = list(suite.tasks[: args.humaneval_tasks])
             _log(f"humaneval_tests: {len(tasks)} problems")
-            result["humaneval_tests"] = await run_setting("humaneval_tests", tasks, "tests", args, settings, store,
-                                                          backend, sandbox)  # fmt: skip
+            await run_setting("humaneval_tests", tasks, "tests", args, settings, store, backend, sandbox, result)
         result["ratios"] = {name: ratios(result[name]) for name in ("dafny_hints", "humaneval_tests") if name in result}
     finally:
         await backend.aclose()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -27,6 +28,8 @@ def test_bench_reports_every_search_of_both_settings(tmp_path: Path) -> None:
             assert "guard_rejected_nodes" in row["filters"]
         assert set(report["ratios"][setting]) == {f"{kind}_solved_over_treefinement" for kind in SEARCHES[1:]}
     assert "checked" in report["dafny_hints"]["treefinement"]["filters"]
+    partial = json.loads((tmp_path / "bench" / "alphaverus.partial.json").read_text())
+    assert set(partial["humaneval_tests"]) == set(SEARCHES)  # progress is saved search by search
 
 
 def test_unknown_search_is_a_config_error() -> None:
