@@ -16,13 +16,13 @@ from typing import Any
 
 from veriloop.agents.alphaverus.graph import LoopContext, build_graph, search_id, task_mode
 from veriloop.agents.alphaverus.pools import SOLVED, Pools
-from veriloop.agents.alphaverus.problem import VerifierProblem
-from veriloop.agents.alphaverus.prompts import FENCE, LANGUAGE, explore_messages, fenced
+from veriloop.agents.alphaverus.problem import VerifierProblem, program_text
+from veriloop.agents.alphaverus.prompts import LANGUAGE, explore_messages, fenced
 from veriloop.agents.alphaverus.state import AlphaVerusOptions, SuiteState
 from veriloop.agents.base import Agent, OnAttempt, notify
 from veriloop.agents.context import AgentContext
 from veriloop.errors import ConfigError
-from veriloop.llm.codeblocks import CLOSING_FENCE, extract_code
+from veriloop.llm.codeblocks import CLOSING_FENCE
 from veriloop.records import Attempt, Message, Task
 from veriloop.search.budget import Budget, Spend
 from veriloop.search.engine import SearchConfig, SearchOutcome, run_search
@@ -85,7 +85,7 @@ def inference_program(task: Task, target: str, reply: str) -> str:
         from veriloop.agents.direct import program_from_reply
 
         return program_from_reply(task, reply)
-    code = extract_code(reply, FENCE.get(target))
+    code = program_text(reply, target)
     head = task.prompt.strip().splitlines()[0] if task.prompt.strip() else ""
     return code if head and head.strip() in code else task.prompt + "\n" + code
 

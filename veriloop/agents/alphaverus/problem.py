@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 
 from veriloop.agents.alphaverus.prompts import FENCE, followup_turn
@@ -26,6 +27,36 @@ def feedback(result: VerifyResult, limit: int = FEEDBACK_LINES) -> str:
     if result.status is VerifyStatus.VERIFIED:
         lines.append("verified")
     return "\n".join(lines)
+
+
+_START = {
+    "dafny": re.compile(r"^\s*(method|function|predicate|lemma|class|datatype|module|ghost|include|const)\b", re.M),
+    "verus": re.compile(r"^\s*(use|verus!|fn|pub|spec|proof)\b", re.M),
+    "nagini": re.compile(r"^\s*(from|import|def|class|@)", re.M),
+}
+
+
+def program_text(reply: str, target: str) -> str:
+    """The reply's code block; a reply with no fence is cut from its first declaration to its last closing brace
+    (small models often answer "Here is the program:" followed by bare code)."""
+    if "```" in reply or target not in _START:
+        return extract_code(reply, FENCE.get(target))
+    start = _START[target].search(reply)
+    text = reply[start.start() :] if start else reply
+    return text.strip("\n") if target == "nagini" else _declarations(text, _START[target]).strip("\n")
+
+
+def _declarations(text: str, starts: re.Pattern[str]) -> str:
+    """Lines from the top while they are declarations: stop at prose after a closed top-level block."""
+    kept: list[str] = []
+    depth, closed = 0, False
+    for line in text.splitlines():
+        if closed and line.strip() and depth == 0 and not starts.match(line):
+            break
+        kept.append(line)
+        depth += line.count("{") - line.count("}")
+        closed = (depth <= 0 and "}" in line) or (closed and depth <= 0)
+    return "\n".join(kept)
 
 
 class VerifierProblem:
@@ -64,7 +95,7 @@ class VerifierProblem:
     def program(self, reply: str) -> str:
         if self._program is not None:
             return self._program(reply)
-        return extract_code(reply, FENCE.get(self.target))
+        return program_text(reply, self.target)
 
     async def evaluate(self, code: str) -> Evaluation:
         if self.target != "tests":
