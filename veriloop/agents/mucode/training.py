@@ -17,6 +17,7 @@ stored as nodes of the run, one tree per task and rollout.
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import json
 import sys
@@ -306,6 +307,8 @@ async def one_round(
     if verifier_id is not None:
         scorer = ThreadedVerifier(LearnedVerifier.load(verifier_id, settings, max_length=options.train_max_length))
     chosen = await experts(tasks, data, scorer)
+    del scorer  # the verifier's weights are not needed past this point; free them before fine-tuning
+    gc.collect()
 
     generator_file = folder / "generator.json"
     rows = relabelled_rows(tasks, current, chosen, options)
