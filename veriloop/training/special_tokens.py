@@ -117,9 +117,10 @@ def prepare_model(
                 "vocab": len(tokenizer),
             }
             (tmp / TOKENS_FILE).write_text(json.dumps(info, indent=2) + "\n")
-            if dest.exists():
-                shutil.rmtree(dest)  # an unfinished earlier attempt (no marker)
-            tmp.rename(dest)
+            if not marker.is_file():  # else a concurrent preparation finished first
+                if dest.exists():
+                    shutil.rmtree(dest)  # an unfinished earlier attempt (no marker)
+                tmp.rename(dest)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     model_id: str | None = None

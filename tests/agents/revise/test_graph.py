@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -16,14 +16,17 @@ from veriloop.agents.revise.prompts import EOS_TOKEN, REFINE_TOKEN, attempt_segm
 from veriloop.agents.revise.state import Trajectory
 from veriloop.config import Settings, load_settings
 from veriloop.errors import ConfigError
+from veriloop.llm.base import Backend
 from veriloop.records import Prompt, Run, RunStatus, Task
-from veriloop.sandbox import get_sandbox
+from veriloop.sandbox import Sandbox, get_sandbox
 from veriloop.store import TrajectoryStore
 from veriloop.tasks import load_suite
 from veriloop.testing import ScriptedBackend, ScriptedScoringBackend
 
 WRONG = "```python\ndef add(x: int, y: int):\n    return x - y\n```\n"
 RIGHT = "```python\ndef add(x: int, y: int):\n    return x + y\n```\n"
+Env = tuple[TrajectoryStore, Run, Sandbox]
+
 RIGHT_WITH_DOC = '```python\ndef add(x: int, y: int):\n    """Sum."""\n    return x + y  # done\n```\n'
 
 
@@ -32,7 +35,7 @@ def last_attempt(prompt: str) -> str:
     return prompt.rsplit(REFINE_TOKEN, 1)[-1].rsplit(EOS_TOKEN, 1)[-1]
 
 
-def judge(p_eos_right: float, p_eos_wrong: float):  # type: ignore[no-untyped-def]
+def judge(p_eos_right: float, p_eos_wrong: float) -> Callable[[str, Sequence[str]], Mapping[str, float]]:
     """A scorer that says [eos] with p_eos_right after a correct attempt and p_eos_wrong after a wrong one."""
 
     def score(prompt: str, tokens: Sequence[str]) -> Mapping[str, float]:
@@ -58,7 +61,7 @@ def task(settings: Settings) -> Task:
 
 
 @pytest.fixture
-async def env(settings: Settings, task: Task) -> AsyncIterator[tuple[TrajectoryStore, Run, object]]:
+async def env(settings: Settings, task: Task) -> AsyncIterator[Env]:
     store = TrajectoryStore.from_settings(settings)
     store.upsert_tasks([task])
     run = store.create_run(Run(agent="revise", suite="humaneval", model="scripted", status=RunStatus.RUNNING))
@@ -70,12 +73,12 @@ async def env(settings: Settings, task: Task) -> AsyncIterator[tuple[TrajectoryS
         store.close()
 
 
-def context(settings: Settings, env: tuple[TrajectoryStore, Run, object], backend: object) -> AgentContext:
+def context(settings: Settings, env: Env, backend: Backend) -> AgentContext:
     store, run, sandbox = env
-    return AgentContext(settings, backend, sandbox, store, run)  # type: ignore[arg-type]
+    return AgentContext(settings, backend, sandbox, store, run)
 
 
-async def test_refine_after_a_wrong_answer_fixes_it(settings: Settings, task: Task, env) -> None:  # type: ignore[no-untyped-def]
+async def test_refine_after_a_wrong_answer_fixes_it(settings: Settings, task: Task, env: Env) -> None:
     backend = ScriptedScoringBackend([refine_to_right], scorer=judge(0.9, 0.2))
     agent = ReviseAgent(ReviseOptions(samples=2, max_refinements=2))
     attempt = await agent.solve(task, context(settings, env, backend))
@@ -100,7 +103,7 @@ async def test_refine_after_a_wrong_answer_fixes_it(settings: Settings, task: Ta
     assert len(backend.scored) == 4
 
 
-async def test_confidence_aware_decoding_beats_the_majority(settings: Settings, task: Task, env) -> None:  # type: ignore[no-untyped-def]
+async def test_confidence_aware_decoding_beats_the_majority(settings: Settings, task: Task, env: Env) -> None:
     replies = [WRONG, WRONG, RIGHT]
     results = {}
     for rule in ("majority", "confidence", "first"):
@@ -108,7 +111,7 @@ async def test_confidence_aware_decoding_beats_the_majority(settings: Settings, 
         options = ReviseOptions(samples=3, max_refinements=0, selection=rule, checkpoint=False)
         store, _, sandbox = env
         run = store.create_run(Run(agent="revise", suite="humaneval", model="scripted", status=RunStatus.RUNNING))
-        ctx = AgentContext(settings, backend, sandbox, store, run)  # type: ignore[arg-type]
+        ctx = AgentContext(settings, backend, sandbox, store, run)
         results[rule] = await ReviseAgent(options).solve(task, ctx)
         [select] = [node for node in store.get_tree(run.id, task.id) if node.role == "select"]
         assert select.metadata["selection"] == rule
@@ -120,7 +123,7 @@ async def test_confidence_aware_decoding_beats_the_majority(settings: Settings, 
     assert results["first"].status == "failed"
 
 
-async def test_the_refinement_limit_caps_every_trajectory(settings: Settings, task: Task, env) -> None:  # type: ignore[no-untyped-def]
+async def test_the_refinement_limit_caps_every_trajectory(settings: Settings, task: Task, env: Env) -> None:
     backend = ScriptedScoringBackend([WRONG], scorer=judge(0.1, 0.1))
     attempt = await ReviseAgent(ReviseOptions(samples=2, max_refinements=1)).solve(
         task, context(settings, env, backend)
@@ -133,7 +136,7 @@ async def test_the_refinement_limit_caps_every_trajectory(settings: Settings, ta
     ]  # fmt: skip
 
 
-async def test_a_finished_thread_is_not_solved_again(settings: Settings, task: Task, env) -> None:  # type: ignore[no-untyped-def]
+async def test_a_finished_thread_is_not_solved_again(settings: Settings, task: Task, env: Env) -> None:
     backend = ScriptedScoringBackend([refine_to_right], scorer=judge(0.9, 0.2))
     agent = ReviseAgent(ReviseOptions(samples=1))
     first = await agent.solve(task, context(settings, env, backend))
@@ -143,7 +146,7 @@ async def test_a_finished_thread_is_not_solved_again(settings: Settings, task: T
     assert again.best_node_id == first.best_node_id
 
 
-async def test_a_backend_that_cannot_score_is_a_config_error(settings: Settings, task: Task, env) -> None:  # type: ignore[no-untyped-def]
+async def test_a_backend_that_cannot_score_is_a_config_error(settings: Settings, task: Task, env: Env) -> None:
     with pytest.raises(ConfigError, match="cannot score next tokens"):
         await ReviseAgent(ReviseOptions(checkpoint=False)).solve(task, context(settings, env, ScriptedBackend([RIGHT])))
 
