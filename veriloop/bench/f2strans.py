@@ -43,6 +43,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--dpo-steps", type=int, default=16)
     parser.add_argument("--train-batch", type=int, default=4)
     parser.add_argument("--max-length", type=int, default=384)
+    parser.add_argument("--max-pairs", type=int, help="Style pairs kept for DPO (default: all; fewer is faster).")
     parser.add_argument("--directions", default=",".join(DIRECTIONS), help="Comma-separated src->dst pairs.")
     parser.add_argument("--suite", default="transcoder")
     parser.add_argument("--work", type=Path, help="Folder for the store, data and checkpoints (default: temporary).")
@@ -141,7 +142,7 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
     random.Random(args.seed).shuffle(pairs)
     _say(f"training: {len(sft)} functional rows, {len(pairs)} style pairs")
     round_spec = RoundSpec(sft_steps=args.sft_steps, dpo_steps=args.dpo_steps, batch_size=args.train_batch,
-                           max_length=args.max_length, seed=args.seed)  # fmt: skip
+                           max_length=args.max_length, seed=args.seed, max_preference_rows=args.max_pairs)  # fmt: skip
     train_started = time.perf_counter()
 
     def progress(step: int, total: int, metrics: dict[str, float]) -> None:
@@ -159,7 +160,7 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
         "suite": f"{suite.name} ({suite.version})", "model": settings.llm.model, "turns": args.turns,
         "max_tokens": args.max_tokens, "samples": args.samples, "train_tasks": args.train_tasks,
         "sft_steps": args.sft_steps, "dpo_steps": args.dpo_steps, "train_batch": args.train_batch,
-        "max_length": args.max_length, "lora": True, "seed": args.seed,
+        "max_length": args.max_length, "max_pairs": args.max_pairs, "lora": True, "seed": args.seed,
         "style": "(similarity + lint)/2; similarity = mean(BLEU-4, keyword-weighted BLEU, AST subtree match); "
                  "lint = 1/(1 + ruff findings per 10 lines)",
     }  # fmt: skip

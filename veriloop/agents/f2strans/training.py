@@ -30,6 +30,9 @@ class RoundSpec:
     dpo_learning_rate: float | None = None
     beta: float = 0.1
     seed: int = 0
+    max_preference_rows: int | None = None
+    """Keep only this many style pairs (the DPO steps see `dpo_steps * batch_size // 2` rows; TRL precomputes
+    the reference log-probs of every row, so trimming cuts that cost). None keeps all."""
 
 
 def train_round(
@@ -58,6 +61,8 @@ def train_round(
         )  # fmt: skip
         model = f"checkpoint:{done.model_id}"
         report["sft"] = {"model": model, "steps": done.steps, **_losses(done.metrics)}
+    if spec.max_preference_rows is not None:
+        preference_rows = preference_rows[: spec.max_preference_rows]
     if preference_rows:
         data = write_rows(preference_rows, folder / "style.jsonl", "jsonl")
         done = train(
