@@ -228,6 +228,22 @@ def test_compare_two_runs_on_one_suite(dashboard: Dashboard, page: Any) -> None:
     shoot(page, "compare")
 
 
+def test_queue_a_run_from_the_form_then_cancel_it(dashboard: Dashboard, page: Any) -> None:
+    page.goto(dashboard.server.url + "/")
+    page.fill("#new-run input[name=options]", '{"turns": 3}')
+    page.click("#new-run button[type=submit]")
+    page.wait_for_selector("#new-run-msg:has-text('bad options')")
+    page.fill("#new-run input[name=limit]", "1")
+    page.fill("#new-run input[name=options]", '{"concurrency": 1}')
+    page.click("#new-run button[type=submit]")
+    page.wait_for_url("**/runs/**")
+    assert page.locator("#status").inner_text() == "pending"  # this server has no job loop: the run waits
+    assert page.locator("#progress-text").inner_text() == "0/1"
+    page.click("#cancel")
+    page.wait_for_selector("#status.cancelled")
+    shoot(page, "run-cancelled")
+
+
 @pytest.mark.slow
 def test_serve_then_demo_shows_the_demo_run_live(tmp_path: Path, page: Any) -> None:
     """`veriloop serve`, then `veriloop demo` in another process on the same home: the page follows the run."""
