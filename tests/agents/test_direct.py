@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -54,10 +55,11 @@ async def test_solve_stores_node_and_attempt(tmp_path: Path) -> None:
 
 
 def test_demo_cli_with_scripted_backend(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["--home", str(tmp_path), "--backend", "scripted", "demo", "--limit", "2", "--json"])
+    code = main(["--home", str(tmp_path), "--backend", "scripted", "demo", "--limit", "2", "--no-treefinement",
+                 "--json"])  # fmt: skip
     report = json.loads(capsys.readouterr().out)
     assert code == 0
-    assert report["total"] == 2 and report["passed"] == 0
+    assert report["total"] == 2 and report["passed"] == 0 and report["treefinement"] is None
     assert [a["task_id"] for a in report["attempts"]] == ["HumanEval/0", "HumanEval/1"]
     assert main(["--home", str(tmp_path), "runs", "show", report["run_id"]]) == 0
 
@@ -65,11 +67,15 @@ def test_demo_cli_with_scripted_backend(tmp_path: Path, capsys: pytest.CaptureFi
 @pytest.mark.slow
 @pytest.mark.model
 def test_demo_with_the_embedded_model(tmp_path: Path, capsys: pytest.CaptureFixture[str], model_home: Path) -> None:
-    """The real main job: the embedded model, the default sandbox, SQLite; stored and shown by run id."""
+    """The real main job: the embedded model, the default sandbox, Dafny, SQLite; stored and shown by run id."""
     code = main(["--home", str(model_home), "--database", f"sqlite:///{tmp_path / 'demo.db'}", "demo", "--json"])
     report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["total"] == 5
     assert all(attempt["tokens"] > 0 for attempt in report["attempts"])
+    tree = report["treefinement"]
+    if shutil.which("dafny") is not None:  # CI installs Dafny; the step is skipped with a note without it
+        assert tree["programs"] == 2 and tree["width"] == 4 and tree["depth"] == 2
+        assert tree["llm_calls"] > 0 and tree["nodes"] > 0 and tree["verifier_calls"] > 0
     assert main(["--home", str(model_home), "--database", f"sqlite:///{tmp_path / 'demo.db'}",
                  "runs", "show", report["run_id"], "--json"]) == 0  # fmt: skip
     shown = json.loads(capsys.readouterr().out)

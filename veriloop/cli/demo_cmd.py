@@ -4,14 +4,19 @@ The demo runs μCode's multi-turn loop with a small best-of-N (`DEMO_OPTIONS`): 
 few candidates, runs the public test in the sandbox, keeps the best, and feeds the failure back for
 the next turn; the private tests decide. It goes through the same runner as `veriloop run`, so the
 run, every candidate and every test execution are stored and `veriloop runs show` explains them.
+
+A second, short step runs AlphaVerus's Treefinement (width 4, depth 2) on two hints-removed
+DafnyBench programs, with Dafny as the verifier, as its own stored run (`--no-treefinement`
+skips it; without a `dafny` binary it is skipped with a note).
 """
 
 from __future__ import annotations
 
 import asyncio
+import shutil
 import sys
 import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -22,13 +27,22 @@ from veriloop.cli.app import JsonFlag, app, emit, state
 from veriloop.config import Settings
 from veriloop.records import Attempt, Run
 
+if TYPE_CHECKING:
+    from veriloop.llm.base import Backend
+    from veriloop.sandbox import Sandbox
+    from veriloop.store import TrajectoryStore
+
 DEMO_OPTIONS: dict[str, Any] = {"turns": 3, "n": 2, "select": "pt", "max_tokens": 256}
 """Multi-turn best-of-2: small enough for two CPU cores, large enough to show selection and feedback."""
 
 
+TREEFINEMENT = {"programs": 2, "width": 4, "depth": 2}
+"""The demo's Treefinement step: the issue's width and depth, on the two shortest bundled programs."""
+
+
 async def _run_demo(
-    settings: Settings, limit: int, console: Console
-) -> tuple[Run, list[Attempt], dict[str, int], float]:
+    settings: Settings, limit: int, console: Console, treefinement: bool
+) -> tuple[Run, list[Attempt], dict[str, int], float, dict[str, Any] | None]:
     # Imported here so `veriloop --help` and every other command start without the store and torch.
     from veriloop.agents.runner import create_run, execute_run
     from veriloop.llm import get_backend
@@ -52,6 +66,8 @@ async def _run_demo(
                     settings, store, run.id, backend=backend, sandbox=sandbox,
                     on_attempt=lambda _attempt: progress.advance(bar),
                 )  # fmt: skip
+            seconds = time.perf_counter() - started
+            tree = await _treefinement_step(settings, store, backend, sandbox, console) if treefinement else None
         finally:
             await backend.aclose()
             await sandbox.aclose()
@@ -59,19 +75,34 @@ async def _run_demo(
         for attempt in attempts:
             final = store.get_node(attempt.best_node_id) if attempt.best_node_id else None
             turns[attempt.task_id] = int(final.metadata.get("turn", 0)) if final is not None else 0
-    return run, attempts, turns, time.perf_counter() - started
+    return run, attempts, turns, seconds, tree
+
+
+async def _treefinement_step(
+    settings: Settings, store: TrajectoryStore, backend: Backend, sandbox: Sandbox, console: Console
+) -> dict[str, Any] | None:
+    from veriloop.agents.alphaverus.demo import treefinement_demo
+
+    if shutil.which("dafny") is None:
+        console.print("Treefinement step skipped: no `dafny` on PATH (scripts/setup-verifiers.sh installs it)")
+        return None
+    with console.status("Treefinement on DafnyBench hints (width 4, depth 2), verified by Dafny"):
+        return await treefinement_demo(settings, store, backend, sandbox, **TREEFINEMENT)
 
 
 @app.command("demo")
 def demo(
     ctx: typer.Context,
     limit: Annotated[int, typer.Option("--limit", min=1, max=164, help="HumanEval tasks to solve.")] = 5,
+    treefinement: Annotated[
+        bool, typer.Option("--treefinement/--no-treefinement", help="Also run the short Treefinement step (Dafny).")
+    ] = True,
     as_json: JsonFlag = False,
 ) -> None:
     """Solve the first HumanEval tasks with μCode (multi-turn, best-of-2) in the sandbox, store everything."""
     settings = state(ctx).settings()
     console = Console(stderr=True)
-    run, attempts, turns, seconds = asyncio.run(_run_demo(settings, limit, console))
+    run, attempts, turns, seconds, tree = asyncio.run(_run_demo(settings, limit, console, treefinement))
     passed = sum(attempt.status == "passed" for attempt in attempts)
     report = {
         "run_id": run.id,
@@ -84,6 +115,7 @@ def demo(
         "seconds": round(seconds, 2),
         "attempts": attempts,
         "turns": turns,
+        "treefinement": tree,
     }
 
     def render(_: object) -> None:
@@ -103,5 +135,13 @@ def demo(
             f"best of {DEMO_OPTIONS['n']} per turn); tests ran in the {report['sandbox']} sandbox"
         )
         out.print(f"run id: {run.id}  (details: veriloop runs show {run.id})")
+        if tree is not None:
+            best = ", ".join(f"{task} {score:.2f}" for task, score in tree["best_scores"].items() if score is not None)
+            out.print(
+                f"Treefinement (width {tree['width']}, depth {tree['depth']}) on {tree['programs']} DafnyBench "
+                f"hints programs: solved {tree['solved']}/{tree['programs']}, best scores {best or '-'}, "
+                f"{tree['llm_calls']} LLM calls, {tree['verifier_calls']} Dafny calls, {tree['seconds']:.1f} s"
+            )
+            out.print(f"run id: {tree['run_id']}  (details: veriloop runs show {tree['run_id']})")
 
     emit(report, as_json, render)
