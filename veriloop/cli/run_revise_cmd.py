@@ -16,7 +16,7 @@ def run_revise(
     suite: Annotated[str, typer.Option("--suite", help="Task suite name.")] = "humaneval",
     samples: Annotated[int, typer.Option("--samples", min=1, max=64, help="K trajectories per task.")] = 4,
     refinements: Annotated[
-        int, typer.Option("--refinements", min=0, max=8, help="Attempts after [refine] per trajectory at most.")
+        int, typer.Option("--refinements", min=0, max=8, help="Attempts after \\[refine] per trajectory at most.")
     ] = 2,
     selection: Annotated[
         str, typer.Option("--selection", help="confidence (ReVISE), majority, or first.")
@@ -28,7 +28,7 @@ def run_revise(
     concurrency: ConcurrencyOption = 8,
     as_json: JsonFlag = False,
 ) -> None:
-    """Answer, self-verify with [eos]/[refine], refine on [refine], pick by the model's own confidence.
+    """Answer, self-verify with \\[eos] or \\[refine], refine on \\[refine], pick by the model's own confidence.
 
     The embedded model gets the decision tokens added (embeddings resized) the first time; a curriculum-trained
     checkpoint (`--model checkpoint:ID`) already has them.
