@@ -10,12 +10,8 @@ SFT rows and style preference pairs; `training.py` trains one round, functionali
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 
-from langgraph.checkpoint.base import BaseCheckpointSaver
-
-from veriloop.agents.base import Agent, OnAttempt
-from veriloop.agents.checkpoint import open_checkpointer
+from veriloop.agents.checkpoint import CheckpointedAgent
 from veriloop.agents.context import AgentContext
 from veriloop.agents.f2strans.graph import run_episode
 from veriloop.agents.f2strans.state import F2STransOptions
@@ -25,35 +21,16 @@ from veriloop.records import Attempt, Task
 __all__ = ["F2STransAgent", "F2STransOptions"]
 
 
-class F2STransAgent(Agent[F2STransOptions]):
+class F2STransAgent(CheckpointedAgent[F2STransOptions]):
     """Translate, compile and test in the target language, repair with the feedback; store every step."""
 
     name = "f2strans"
     Options = F2STransOptions
 
-    def __init__(self, options: F2STransOptions | None = None) -> None:
-        super().__init__(options)
-        self._saver: BaseCheckpointSaver[str] | None = None
-
     async def solve(self, task: Task, ctx: AgentContext) -> Attempt:
         try:
-            if self.options.checkpoint and self._saver is None:
-                async with open_checkpointer(ctx.settings) as saver:
-                    return await run_episode(task, ctx, self.options, saver)
-            return await run_episode(task, ctx, self.options, self._saver)
+            async with self.checkpointer(ctx) as saver:
+                return await run_episode(task, ctx, self.options, saver)
         except ConfigError as exc:  # the task lacks this direction: recorded, the suite goes on
             failed = Attempt(run_id=ctx.run.id, task_id=task.id, status="error", error=str(exc))
             return await asyncio.to_thread(ctx.store.add_attempt, failed)
-
-    async def run_suite(
-        self, tasks: Sequence[Task], ctx: AgentContext, on_attempt: OnAttempt | None = None
-    ) -> list[Attempt]:
-        """The default concurrent loop, with one checkpoint saver for the whole suite."""
-        if not self.options.checkpoint:
-            return await super().run_suite(tasks, ctx, on_attempt)
-        async with open_checkpointer(ctx.settings) as saver:
-            self._saver = saver
-            try:
-                return await super().run_suite(tasks, ctx, on_attempt)
-            finally:
-                self._saver = None

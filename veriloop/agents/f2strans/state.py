@@ -6,12 +6,12 @@ from typing import Any, TypedDict
 
 from pydantic import Field, model_validator
 
-from veriloop.agents.base import AgentOptions
+from veriloop.agents.checkpoint import CheckpointedOptions
 from veriloop.errors import ConfigError
 from veriloop.tasks.transcoder import EXTENSIONS
 
 
-class F2STransOptions(AgentOptions):
+class F2STransOptions(CheckpointedOptions):
     """One direction of translation, the repair budget and the sampling of the first turn."""
 
     source: str = Field("cpp", description="Language translated from (--from): cpp, java, python, c, go, rust.")
@@ -24,7 +24,6 @@ class F2STransOptions(AgentOptions):
     max_tokens: int = Field(384, ge=16, le=4096, description="New tokens per reply at most.")
     seed: int = Field(0, description="Sampling seed of the first turn.")
     linter: bool = Field(True, description="Lint every candidate for its style score (ruff, gcc, javac).")
-    checkpoint: bool = Field(True, description="Checkpoint the graph in the store's database (resume by thread id).")
 
     @model_validator(mode="after")
     def _direction(self) -> F2STransOptions:

@@ -119,7 +119,8 @@ async def _record_attempts(deps: Deps, trajectories: Sequence[Trajectory], compl
     for trajectory, completion, code, result in zip(trajectories, completions, codes, results, strict=True):
         refining = bool(trajectory.attempt_ids)
         before = [Message(role="assistant", content=trajectory.transcript)] if trajectory.transcript else []
-        node = ctx.store.add_node(
+        node = await asyncio.to_thread(
+            ctx.store.add_node,
             Node(
                 run_id=ctx.run.id,
                 task_id=task.id,
@@ -132,7 +133,7 @@ async def _record_attempts(deps: Deps, trajectories: Sequence[Trajectory], compl
                 exec_result=result,
                 score=share_passed(result),
                 metadata={"trajectory": trajectory.index, "round": trajectory.rounds},
-            )
+            ),
         )
         trajectory.attempt_ids.append(node.id)
         trajectory.codes.append(code)
@@ -166,7 +167,8 @@ async def verify(state: ReviseState, runtime: Runtime[Deps]) -> dict[str, Any]:
         wants_refine = p_refine > p_eos
         capped = wants_refine and trajectory.rounds > options.max_refinements
         decision = prompts.REFINE_TOKEN if wants_refine and not capped else prompts.EOS_TOKEN
-        node = ctx.store.add_node(
+        node = await asyncio.to_thread(
+            ctx.store.add_node,
             Node(
                 run_id=ctx.run.id,
                 task_id=deps.task.id,
@@ -183,7 +185,7 @@ async def verify(state: ReviseState, runtime: Runtime[Deps]) -> dict[str, Any]:
                     "capped": capped,
                     "attempt_passed": trajectory.passed[-1],
                 },
-            )
+            ),
         )
         trajectory.verify_ids.append(node.id)
         trajectory.transcript += trajectory.pending + decision
@@ -222,7 +224,8 @@ async def select(state: ReviseState, runtime: Runtime[Deps]) -> dict[str, Any]:
     trajectories = _load(state)
     index, groups = select_index(trajectories, rule)
     chosen = trajectories[index]
-    node = ctx.store.add_node(
+    node = await asyncio.to_thread(
+        ctx.store.add_node,
         Node(
             run_id=ctx.run.id,
             task_id=deps.task.id,
@@ -239,7 +242,7 @@ async def select(state: ReviseState, runtime: Runtime[Deps]) -> dict[str, Any]:
                 "refinements": [t.rounds - 1 for t in trajectories],
                 "selected_attempt_id": chosen.attempt_ids[-1],
             },
-        )
+        ),
     )
     return {"selected": index, "selected_node_id": node.id}
 
@@ -278,7 +281,8 @@ async def solve(
         final = await graph.ainvoke({"prefix": backend.render_chat(prompts.task_messages(task))}, config, context=deps)
     trajectories = [Trajectory.model_validate(item) for item in final["trajectories"]]
     chosen = trajectories[int(final["selected"])]
-    return ctx.store.add_attempt(
+    return await asyncio.to_thread(
+        ctx.store.add_attempt,
         Attempt(
             run_id=ctx.run.id,
             task_id=task.id,
@@ -287,5 +291,5 @@ async def solve(
             score=1.0 if chosen.passed[-1] else 0.0,
             tokens=sum(t.tokens for t in trajectories),
             seconds=time.perf_counter() - started,
-        )
+        ),
     )

@@ -6,12 +6,12 @@ from typing import Literal, TypedDict
 
 from pydantic import BaseModel, Field
 
-from veriloop.agents.base import AgentOptions
+from veriloop.agents.checkpoint import CheckpointedOptions
 
 Selection = Literal["confidence", "majority", "first"]
 
 
-class ReviseOptions(AgentOptions):
+class ReviseOptions(CheckpointedOptions):
     """How ReVISE decodes one task."""
 
     samples: int = Field(4, ge=1, le=64, description="K trajectories sampled per task; the final answers vote.")
@@ -25,7 +25,6 @@ class ReviseOptions(AgentOptions):
     )
     max_tokens: int = Field(320, ge=16, le=4096, description="New tokens per attempt at most.")
     seed: int = Field(0, description="Base seed; each task, trajectory and round derives its own.")
-    checkpoint: bool = Field(True, description="Checkpoint the graph in the store's database (resume by thread id).")
 
 
 class Trajectory(BaseModel):
