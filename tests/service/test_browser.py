@@ -137,8 +137,10 @@ def dashboard(model_settings: Settings, tmp_path_factory: pytest.TempPathFactory
         yield Dashboard(server=server, real_run=run.id, tree_run=tree_run, tree_nodes=tree_nodes)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    # Module scope: Playwright's sync API keeps an event loop marked running in this thread until it exits,
+    # which would make every later test's asyncio.run() fail.
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
@@ -251,7 +253,7 @@ def test_serve_then_demo_shows_the_demo_run_live(tmp_path: Path, page: Any) -> N
         page.goto(server.url + "/")
         assert page.locator("#runs tbody").inner_text().startswith("No runs yet")
         demo = subprocess.Popen(
-            [*CLI, "--home", str(tmp_path), "--backend", "scripted", "demo", "--limit", "3", "--json"],
+            [*CLI, "--home", str(tmp_path), "--backend", "scripted", "demo", "--limit", "3", "--no-treefinement", "--json"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
         )  # fmt: skip
         try:
