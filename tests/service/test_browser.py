@@ -253,7 +253,8 @@ def test_serve_then_demo_shows_the_demo_run_live(tmp_path: Path, page: Any) -> N
         page.goto(server.url + "/")
         assert page.locator("#runs tbody").inner_text().startswith("No runs yet")
         demo = subprocess.Popen(
-            [*CLI, "--home", str(tmp_path), "--backend", "scripted", "demo", "--limit", "3", "--no-treefinement", "--json"],
+            [*CLI, "--home", str(tmp_path), "--backend", "scripted", "demo", "--limit", "3", "--no-treefinement",
+             "--json"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
         )  # fmt: skip
         try:
