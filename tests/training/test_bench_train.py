@@ -19,7 +19,7 @@ def test_bench_train_smoke(demo_settings: Settings, base_model: Path, exports: d
     assert set(report["configs"]) == {"full_live", "lora_precomputed"}
     for values in report["configs"].values():
         assert "error" not in values, values
-        assert values["steps"] == 2 and values["peak_rss_mb"] > values["rss_after_load_mb"] > 0
+        assert values["steps"] == 2 and values["peak_rss_mb"] >= values["rss_after_load_mb"] > 0
     lora = report["configs"]["lora_precomputed"]
     assert lora["trainable_params"] < report["configs"]["full_live"]["trainable_params"]
     assert set(report["ratios"]["lora_precomputed"]) == {"step_time_vs_full_live", "peak_rss_vs_full_live"}

@@ -40,8 +40,17 @@ def _say(message: str) -> None:
     print(f"[bench train] {message}", file=sys.stderr, flush=True)
 
 
-def _rss_mb() -> float:
+def _peak_rss_mb() -> float:
+    """High-water mark of this process's resident memory so far."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _current_rss_mb() -> float:
+    """Resident memory now (loading can briefly peak above what the loaded model keeps)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024.0
+    return _peak_rss_mb()
 
 
 def worker(request: dict[str, Any]) -> dict[str, Any]:
@@ -62,7 +71,7 @@ def worker(request: dict[str, Any]) -> dict[str, Any]:
 
     tokenizer = load_tokenizer(Path(request["model"]))
     model: Any = AutoModelForCausalLM.from_pretrained(request["model"], dtype=torch.float32)
-    rss_loaded = _rss_mb()
+    rss_loaded = _current_rss_mb()
     peft_config = None
     if request["lora"]:
         from peft import LoraConfig
@@ -117,7 +126,7 @@ def worker(request: dict[str, Any]) -> dict[str, Any]:
         "step_s_median": statistics.median(timed) if timed else None,
         "first_step_s": steps[0] if steps else None,
         "init_s": round(init_s, 2),
-        "peak_rss_mb": round(_rss_mb(), 1),
+        "peak_rss_mb": round(_peak_rss_mb(), 1),
         "rss_after_load_mb": round(rss_loaded, 1),
         "trainable_params": trainable,
         "loss_first": losses[0] if losses else None,
