@@ -113,8 +113,15 @@ def load_tokenizer(folder: Path) -> Any:
     return tokenizer
 
 
-def with_lora(model: Any, spec: TrainSpec, task_type: str, head: str | None = None) -> Any:
-    """Wrap the model in LoRA adapters on every linear layer (plus a trainable head, if any)."""
+def with_lora(
+    model: Any,
+    spec: TrainSpec,
+    task_type: str,
+    head: str | None = None,
+    token_ids: Sequence[int] = (),
+) -> Any:
+    """Wrap the model in LoRA adapters on every linear layer (plus a trainable head, and trainable embedding
+    rows for `token_ids`, e.g. newly added special tokens, if any)."""
     if not spec.lora:
         return model
     from peft import LoraConfig, get_peft_model
@@ -126,6 +133,7 @@ def with_lora(model: Any, spec: TrainSpec, task_type: str, head: str | None = No
         lora_dropout=0.0,
         task_type=task_type,
         modules_to_save=[head] if head else None,
+        trainable_token_indices=list(token_ids) or None,
     )
     return get_peft_model(model, config)
 

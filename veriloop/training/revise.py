@@ -35,6 +35,7 @@ from veriloop.training.common import (
     run_loop,
     save_and_register,
     seed_everything,
+    with_lora,
 )
 
 COLUMNS = ("prompt", "prefix", "chosen", "rejected")
@@ -53,22 +54,6 @@ def encode_continuation(tokenizer: Any, prompt: Any, prefix: str, completion: st
     keep = max_length - len(reply_ids)
     prompt_ids = prompt_ids[-keep:] if keep > 0 else []
     return Encoded(prompt_ids + reply_ids, [losses.IGNORE_INDEX] * len(prompt_ids) + reply_ids)
-
-
-def _peft_model(model: Any, spec: TrainSpec, token_ids: Sequence[int]) -> Any:
-    if not spec.lora:
-        return model
-    from peft import LoraConfig, get_peft_model
-
-    config = LoraConfig(
-        r=spec.lora_rank,
-        lora_alpha=2 * spec.lora_rank,
-        target_modules="all-linear",
-        lora_dropout=0.0,
-        task_type="CAUSAL_LM",
-        trainable_token_indices=list(token_ids) or None,
-    )
-    return get_peft_model(model, config)
 
 
 def _logps(model: Any, items: Sequence[Encoded], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -109,7 +94,7 @@ def train_sft_dpo(spec: TrainSpec, settings: Settings, progress: Progress | None
                 for start in range(0, len(encoded), spec.batch_size)
             ]
         ).view(-1, 2)
-    model = _peft_model(model, spec, [int(vocab[token]) for token in names])
+    model = with_lora(model, spec, "CAUSAL_LM", token_ids=[int(vocab[token]) for token in names])
     order = list(range(len(rows)))
     random.Random(spec.seed).shuffle(order)
 
