@@ -1,0 +1,43 @@
+"""`veriloop run revise --train`: sample on a train slice, then both curriculum stages, checkpoints registered."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from veriloop.cli import main
+from veriloop.config import load_settings
+from veriloop.store import TrajectoryStore
+from veriloop.testing import tiny_causal_lm
+
+
+def test_run_revise_train_registers_both_stages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model, tokenizer = tiny_causal_lm()
+    folder = tmp_path / "tiny"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    home = tmp_path / "home"
+    code = main(["--home", str(home), "--model", str(folder), "run", "revise", "--suite", "humaneval",
+                 "--task", "HumanEval/23", "--task", "HumanEval/28", "--samples", "2", "--refinements", "1",
+                 "--max-tokens", "16", "--train", "--stage-steps", "1", "1", "--json"])  # fmt: skip
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert code == 0 and report["status"] == "finished" and report["total"] == 2
+    lines = [line for line in captured.err.splitlines() if line.startswith(("stage1:", "stage2:"))]
+    assert [line.split(":")[0] for line in lines] == ["stage1", "stage2"]
+    ids = [line.rsplit("checkpoint:", 1)[1] for line in lines]
+    with TrajectoryStore.from_settings(load_settings(paths={"home": home})) as store:
+        stage1, stage2 = (store.get_model(model_id) for model_id in ids)
+    assert (stage1.method, stage2.method) == ("revise-stage1", "revise-stage2")
+    assert stage2.base == stage1.path  # stage 2 starts from stage 1
+    assert "use it with: veriloop --model checkpoint:" + ids[1] in captured.err
+
+
+def test_run_revise_train_refuses_a_run_without_tested_attempts(tmp_path: Path) -> None:
+    from veriloop.agents.revise.curriculum import CurriculumSpec, run_curriculum
+
+    settings = load_settings(paths={"home": tmp_path})
+    with TrajectoryStore.from_settings(settings) as store, pytest.raises(ValueError, match="no rows"):
+        run_curriculum(settings, store, [], {}, CurriculumSpec(base="unused", out=tmp_path / "out"))
