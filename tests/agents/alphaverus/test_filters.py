@@ -56,6 +56,15 @@ def test_judge_rule_and_answer_extraction() -> None:
     assert judge_answer("I cannot tell.") is None
 
 
+def test_error_triplets_whose_fix_edits_the_spec_are_recognised() -> None:
+    broken_body = HONEST.replace("m := a; }", "m := b; }")
+    assert not filters.edits_spec(broken_body, HONEST, "dafny")  # the fix is in the body
+    assert filters.edits_spec(HONEST, WEAK, "dafny")  # the "fix" dropped an ensures clause
+    assert filters.edits_spec(HONEST.replace("(m: int)", "(r: int)"), HONEST, "dafny")  # signature changed
+    assert not filters.edits_spec("method M() { }", "method M() { var x := 1; }", "dafny")  # no contract
+    assert not filters.edits_spec(HONEST.rstrip() + "\n// done", HONEST, "dafny")  # differs after the spec
+
+
 def test_spec_prefix_and_exploit_programs() -> None:
     split = filters.split_spec(HONEST, "dafny")
     assert split is not None and split.prefix.endswith("ensures m == a || m == b\n{") and split.suffix == "\n"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from veriloop.agents.alphaverus import AlphaVerusAgent, AlphaVerusOptions
-from veriloop.agents.alphaverus.pools import CRITIC, ERRORS, SOLVED
+from veriloop.agents.alphaverus.pools import CRITIC, ERRORS, SOLVED, Pools
 from veriloop.agents.context import AgentContext
 from veriloop.config import load_settings
 from veriloop.records import Prompt, Run, Task
@@ -227,4 +227,30 @@ async def test_an_interrupted_loop_resumes_from_its_checkpoint(tmp_path: Path) -
     assert not any("fix the errors" in text or "Consider the following" in text for text in asked)
     assert any("Will the two methods" in text for text in asked)
     assert len([n for n in store.get_tree(run.id, "sum") if "search_id" in n.metadata]) == searched == 2
+    store.close()
+
+
+@needs_dafny
+@pytest.mark.slow
+async def test_inference_shows_only_error_exemplars_whose_fix_left_the_spec_alone(tmp_path: Path) -> None:
+    settings = load_settings(paths={"home": tmp_path})
+    store = TrajectoryStore.from_settings(settings)
+    earlier = store.create_run(Run(agent="alphaverus", suite="unit-hints", model="scripted"))
+    body_fix = {"bad": SUM_NO_HINTS, "error": "a postcondition might not hold", "good": SUM_FIXED}
+    spec_edit = {"bad": SUM_NO_HINTS, "error": "a postcondition might not hold",
+                 "good": SUM_NO_HINTS.replace("ensures s == Tri(n)", "ensures s >= 0")}  # fmt: skip
+    Pools(store, "dafny", earlier.id).add(ERRORS, 0, "another-program", [body_fix, spec_edit])
+    run = store.create_run(Run(agent="alphaverus", suite="unit-hints", model="scripted"))
+    sandbox = get_sandbox(settings)
+    ctx = AgentContext(settings, ScriptedBackend([lambda prompt: fence(SUM_FIXED)]), sandbox, store, run)
+    try:
+        options = AlphaVerusOptions(width=1, depth=1, mode="inference")
+        attempt = await AlphaVerusAgent(options).solve(hints_task("sum", SUM_NO_HINTS), ctx)
+    finally:
+        await sandbox.aclose()
+    assert attempt.status == "passed"
+    [node] = store.get_tree(run.id, "sum")
+    system = node.messages[0]
+    assert system.role == "system" and "Error Fixing Example 1" in system.content
+    assert "ensures s >= 0" not in system.content and "Error Fixing Example 2" not in system.content
     store.close()

@@ -14,10 +14,11 @@ from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
+from veriloop.agents.alphaverus.filters import edits_spec
 from veriloop.agents.alphaverus.graph import LoopContext, build_graph, search_id, task_mode
-from veriloop.agents.alphaverus.pools import SOLVED, Pools
+from veriloop.agents.alphaverus.pools import ERRORS, SOLVED, Pools
 from veriloop.agents.alphaverus.problem import VerifierProblem, program_text
-from veriloop.agents.alphaverus.prompts import LANGUAGE, explore_messages, fenced
+from veriloop.agents.alphaverus.prompts import LANGUAGE, explore_messages, fenced, render_errors
 from veriloop.agents.alphaverus.state import AlphaVerusOptions, SuiteState
 from veriloop.agents.base import Agent, OnAttempt, notify
 from veriloop.agents.context import AgentContext
@@ -61,22 +62,35 @@ INFERENCE = (
 )
 
 
-def inference_messages(task: Task, target: str, solved: Sequence[dict[str, Any]]) -> list[Message]:
-    """Inference prompt: solved pairs as few-shot turns, then the spec prefix to complete."""
+def inference_messages(
+    task: Task, target: str, solved: Sequence[dict[str, Any]], errors: Sequence[dict[str, Any]] = ()
+) -> list[Message]:
+    """Inference prompt: solved pairs as few-shot turns, then the spec prefix to complete; error triplets join the
+    system prompt (the original's inference), so every refinement turn sees them."""
     if target == "tests":
         from veriloop.agents.direct import prompt_messages
 
         return prompt_messages(task)
     if task_mode(task) == "hints":
-        return explore_messages(task.prompt, "dafny", target, "hints", solved)
-    messages: list[Message] = []
-    for pair in solved:
+        messages = explore_messages(task.prompt, "dafny", target, "hints", solved)
+    else:
+        messages = []
+        for pair in solved:
+            messages.append(Message(role="user", content=INFERENCE.format(
+                language=LANGUAGE[target], program=fenced(pair["source"], target))))  # fmt: skip
+            messages.append(Message(role="assistant", content=fenced(pair["target"], target)))
         messages.append(Message(role="user", content=INFERENCE.format(
-            language=LANGUAGE[target], program=fenced(pair["source"], target))))  # fmt: skip
-        messages.append(Message(role="assistant", content=fenced(pair["target"], target)))
-    messages.append(Message(role="user", content=INFERENCE.format(
-        language=LANGUAGE[target], program=fenced(task.prompt, target))))  # fmt: skip
-    return messages
+            language=LANGUAGE[target], program=fenced(task.prompt, target))))  # fmt: skip
+    if not errors:
+        return messages
+    if messages[0].role == "system":
+        system = Message(role="system", content=f"{messages[0].content}\n\n{render_errors(errors, target)}")
+        return [system, *messages[1:]]
+    return [Message(role="system", content=render_errors(errors, target)), *messages]
+
+
+def spec_edited(triplet: dict[str, Any], target: str) -> bool:
+    return edits_spec(str(triplet["bad"]), str(triplet["good"]), target)
 
 
 def inference_program(task: Task, target: str, reply: str) -> str:
@@ -97,7 +111,8 @@ class AlphaVerusAgent(Agent[AlphaVerusOptions]):
     Options = AlphaVerusOptions
 
     async def solve(self, task: Task, ctx: AgentContext) -> Attempt:
-        """Inference: Treefinement (or the chosen search) from the task's prompt, with the solved pool as few-shot."""
+        """Inference: Treefinement (or the chosen search) from the task's prompt, with the solved pool as few-shot
+        and the error triplets whose fix left the spec alone as the system prompt."""
         o = self.options
         target = target_of(task, o)
         started = time.perf_counter()
@@ -106,8 +121,15 @@ class AlphaVerusAgent(Agent[AlphaVerusOptions]):
             pools = Pools(ctx.store, target, ctx.run.id)
             rng = random.Random(f"{o.seed}:inference:{task.id}")
             solved = await asyncio.to_thread(pools.sample, SOLVED, 1 << 30, o.few_shot, rng, task.id)
+            errors = (
+                []
+                if target == "tests"
+                else await asyncio.to_thread(
+                    pools.sample, ERRORS, 1 << 30, o.few_shot, rng, task.id, lambda item: not spec_edited(item, target)
+                )
+            )
             problem = VerifierProblem(
-                task, verifier, scorer_for(target), inference_messages(task, target, solved), target=target,
+                task, verifier, scorer_for(target), inference_messages(task, target, solved, errors), target=target,
                 history=o.history, program=lambda reply: inference_program(task, target, reply),
             )  # fmt: skip
             config = SearchConfig(
@@ -118,7 +140,8 @@ class AlphaVerusAgent(Agent[AlphaVerusOptions]):
             )  # fmt: skip
             outcome = await run_search(
                 problem, ctx.backend, ctx.store, run_id=ctx.run.id, task_id=task.id, config=config,
-                search_id=search_id(ctx.run.id, task.id, "inference"), metadata={"phase": "inference"},
+                search_id=search_id(ctx.run.id, task.id, "inference"),
+                metadata={"phase": "inference", "few_shot": len(solved), "error_exemplars": len(errors)},
             )  # fmt: skip
         finally:
             if target != "tests":

@@ -69,6 +69,21 @@ def split_spec(code: str, target: str) -> Split | None:
     return Split(code[: start + 1], code[end + 1 :])
 
 
+def edits_spec(incorrect: str, corrected: str, target: str) -> bool:
+    """Whether an error triplet's fix changed the specification: its first differing line lies in the corrected
+    program's spec prefix (the original's `filter_codes`, which keeps only fixes made after the spec). A
+    program without a contract has no spec to edit."""
+    split = split_spec(corrected, target)
+    if split is None:
+        return False
+    spec_lines = split.prefix.count("\n") + 1
+    pairs = zip(incorrect.splitlines(), corrected.splitlines(), strict=False)
+    first = next((index for index, (bad, good) in enumerate(pairs) if bad.rstrip() != good.rstrip()), None)
+    if first is None:  # one is a prefix of the other: they differ where the shorter one ends
+        first = min(len(incorrect.splitlines()), len(corrected.splitlines()))
+    return first < spec_lines
+
+
 def with_body(split: Split, reply: str, target: str) -> str:
     """The spec prefix completed by a proposed body (closing brace added when the reply leaves it open)."""
     body = extract_code(reply, FENCE.get(target)).rstrip()

@@ -7,7 +7,7 @@ the run (and every earlier run with the same target) produced, so exemplars seed
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from veriloop.records import Exemplar
@@ -46,9 +46,16 @@ class Pools:
         return usable
 
     def sample(
-        self, kind: str, iteration: int, cap: int, rng: random.Random, exclude_task: str | None = None
+        self,
+        kind: str,
+        iteration: int,
+        cap: int,
+        rng: random.Random,
+        exclude_task: str | None = None,
+        keep: Callable[[dict[str, Any]], bool] | None = None,
     ) -> list[dict[str, Any]]:
-        pool = self.items(kind, iteration, exclude_task)
+        """Up to `cap` random payloads (the original's `min(cap, 3*len//4)`), of those `keep` accepts."""
+        pool = [item for item in self.items(kind, iteration, exclude_task) if keep is None or keep(item)]
         return rng.sample(pool, k=sample_size(len(pool), cap)) if cap else []
 
     def add(self, kind: str, iteration: int, task_id: str, payloads: Sequence[dict[str, Any]]) -> int:
