@@ -46,9 +46,9 @@ def run_revise(
     stage 1 teaches \\[eos] after right answers and \\[refine] after wrong ones, stage 2 prefers refinements
     that fix the answer. Both checkpoints are registered; a rerun resumes an interrupted stage.
     """
+    from veriloop.agents.base import make_agent
     from veriloop.agents.revise.curriculum import ensure_decision_tokens
 
-    settings = ensure_decision_tokens(state(ctx).settings())
     options = {
         "samples": samples,
         "max_refinements": refinements,
@@ -58,6 +58,8 @@ def run_revise(
         "seed": seed,
         "concurrency": concurrency,
     }
+    make_agent("revise", options)  # bad options fail here, before the model is prepared
+    settings = ensure_decision_tokens(state(ctx).settings())
     run, _ = run_agent(ctx, "revise", suite, options, limit=limit, task_ids=task, as_json=as_json, settings=settings)
     if train:
         _train_curriculum(settings, run.id, stage_steps, lora)

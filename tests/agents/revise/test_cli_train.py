@@ -41,3 +41,9 @@ def test_run_revise_train_refuses_a_run_without_tested_attempts(tmp_path: Path) 
     settings = load_settings(paths={"home": tmp_path})
     with TrajectoryStore.from_settings(settings) as store, pytest.raises(ValueError, match="no rows"):
         run_curriculum(settings, store, [], {}, CurriculumSpec(base="unused", out=tmp_path / "out"))
+
+
+def test_bad_options_fail_before_the_model_is_prepared(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["--home", str(tmp_path), "run", "revise", "--selection", "loudest", "--limit", "1"])
+    assert code != 0 and "selection: Input should be 'confidence', 'majority' or 'first'" in capsys.readouterr().err
+    assert not (tmp_path / "checkpoints").exists()
