@@ -142,6 +142,8 @@ def demo(
                 f"hints programs: solved {tree['solved']}/{tree['programs']}, best scores {best or '-'}, "
                 f"{tree['llm_calls']} LLM calls, {tree['verifier_calls']} Dafny calls, {tree['seconds']:.1f} s"
             )
+            verdicts = ", ".join(f"{count} {status}" for status, count in tree["verdicts"].items())
+            out.print(f"node verdicts: {verdicts or 'none'} (score -1 = syntax error or rejected before Dafny ran)")
             out.print(f"run id: {tree['run_id']}  (details: veriloop runs show {tree['run_id']})")
 
     emit(report, as_json, render)

@@ -11,6 +11,7 @@ import pytest
 from veriloop.agents.alphaverus.demo import treefinement_demo
 from veriloop.cli import main
 from veriloop.config import load_settings
+from veriloop.records import VerifyStatus
 from veriloop.sandbox import get_sandbox
 from veriloop.store import TrajectoryStore
 from veriloop.testing import ScriptedBackend
@@ -51,3 +52,5 @@ async def test_demo_treefinement_summary(tmp_path: Path) -> None:
     await sandbox.aclose()
     assert summary["programs"] == 1 and summary["solved"] == 0 and summary["nodes"] == 2
     assert summary["llm_calls"] == 2 and summary["width"] == 2 and "dafny==" in summary["suite_version"]
+    assert sum(summary["verdicts"].values()) == 2  # one Dafny (or rule) verdict per node, counted by status
+    assert set(summary["verdicts"]) <= {status.value for status in VerifyStatus}

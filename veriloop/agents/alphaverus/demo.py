@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from typing import Any
 
 from veriloop.agents.alphaverus import AlphaVerusAgent, AlphaVerusOptions
@@ -56,6 +57,7 @@ async def treefinement_demo(
         store.finish_run(run.id, RunStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
         raise
     store.finish_run(run.id, RunStatus.FINISHED)
+    verdicts = Counter(node.verify_result.status.value for node in store.list_nodes(run.id) if node.verify_result)
     return {
         "run_id": run.id,
         "suite": SUITE,
@@ -66,6 +68,7 @@ async def treefinement_demo(
         "solved": sum(attempt.status == "passed" for attempt in attempts),
         "best_scores": {attempt.task_id: attempt.score for attempt in attempts},
         "nodes": store.count_nodes(run.id),
+        "verdicts": dict(verdicts.most_common()),
         "llm_calls": sum(int(attempt.budget.get("llm_calls", 0)) for attempt in attempts),
         "verifier_calls": sum(int(attempt.budget.get("verifier_calls", 0)) for attempt in attempts),
         "seconds": round(time.perf_counter() - started, 2),
