@@ -68,6 +68,15 @@ def test_unknown_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
     assert_one_line_error(code, err, "unknown benchmark")
 
 
+def test_bench_help_lists_benchmarks_and_a_benchmark_shows_its_own_options(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run_cli(capsys, "bench", "--help")
+    assert code == 0 and "Benchmarks: alphaverus, f2strans" in out
+    code, out, _ = run_cli(capsys, "bench", "train", "--help")
+    assert code == 0 and "usage: veriloop bench train" in out and "--configs" in out
+
+
 def test_flags_override_environment_which_overrides_the_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -20,19 +20,29 @@ def available_benchmarks() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(veriloop.bench.__path__) if not m.name.startswith("_"))
 
 
+HELP_FLAGS = ("--help", "-h")
+
+
 @app.command(
     "bench",
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,  # `--help` after NAME belongs to the benchmark; without NAME it shows this help
 )
 def bench(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="Benchmark: one of the modules in veriloop/bench (llm, sandbox, ...).")],
+    name: Annotated[
+        str | None, typer.Argument(help="Benchmark: one of the modules in veriloop/bench (llm, sandbox, ...).")
+    ] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Also write the JSON to this file.")] = None,
 ) -> None:
     """Run a performance benchmark; it measures its baseline in the same run and prints JSON with ratios.
 
-    Extra arguments after NAME go to the benchmark (see `veriloop bench NAME --help`).
+    Extra arguments after NAME go to the benchmark; `veriloop bench NAME --help` lists them.
     """
+    if name is None or name in HELP_FLAGS:
+        typer.echo(ctx.get_help())
+        typer.echo(f"\nBenchmarks: {', '.join(available_benchmarks())}")
+        raise typer.Exit(0 if name in HELP_FLAGS else 2)
     if name not in available_benchmarks():
         raise UnknownNameError("benchmark", name, available_benchmarks())
     module = importlib.import_module(f"veriloop.bench.{name}")

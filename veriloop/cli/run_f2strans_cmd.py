@@ -2,19 +2,23 @@
 
 Suites: `transcoder` (UniTrans-cleaned TransCoder: C++, Java, Python) and `transcoder-gfg` (the
 original GfG scripts, also C, Go and Rust). Each task is one function in every language it has;
-the direction comes from --from/--to, and only functions having both sides are run.
+the direction comes from --from/--to, and only functions having both sides are run. With --train,
+the run's translations then feed one F2STrans round: functional SFT, then style DPO.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 import typer
 
 from veriloop.cli.app import JsonFlag, emit, state
 from veriloop.cli.run_cmd import ConcurrencyOption, LimitOption, TaskIdsOption, _execute, run_app
+from veriloop.config import Settings
+from veriloop.records import Task
 
 
 @run_app.command("f2strans")
@@ -32,6 +36,11 @@ def run_f2strans(
     temperature: Annotated[float, typer.Option("--temperature", min=0.0, help="First-turn temperature.")] = 0.0,
     max_tokens: Annotated[int, typer.Option("--max-tokens", min=16, help="New tokens per reply at most.")] = 384,
     linter: Annotated[bool, typer.Option("--linter/--no-linter", help="Lint candidates for the style score.")] = True,
+    train: Annotated[
+        bool, typer.Option("--train", help="Then train one round on this run: functional SFT, then style DPO.")
+    ] = False,
+    sft_steps: Annotated[int, typer.Option("--sft-steps", min=1, help="Functional SFT steps (--train).")] = 30,
+    dpo_steps: Annotated[int, typer.Option("--dpo-steps", min=1, help="Style DPO steps (--train).")] = 20,
     limit: LimitOption = None,
     task: TaskIdsOption = None,
     concurrency: ConcurrencyOption = 8,
@@ -41,6 +50,9 @@ def run_f2strans(
 
     Reports computational accuracy (share of functions whose translation passes its tests) and the
     mean style score (similarity to the human reference plus linter cleanliness) of the final answers.
+    With --train (sample several candidates: --samples 4 --temperature 0.8), the functions' reference
+    pairs and passing translations become SFT rows, and the best-styled passing candidate is preferred
+    over failing or plainer ones for DPO; both checkpoints are registered (ids on stderr).
     """
     from veriloop.agents.base import make_agent
     from veriloop.agents.f2strans.data import summarize
@@ -96,6 +108,42 @@ def run_f2strans(
         out.print(f"run id: {finished.id}  (details: veriloop runs show {finished.id})")
 
     emit(report, as_json, render)
+    if train:
+        tasks = suite_of(finished, settings).tasks
+        _train_round(settings, finished.id, tasks, source, target, sft_steps, dpo_steps, linter)
+
+
+def _train_round(
+    settings: Settings,
+    run_id: str,
+    tasks: Sequence[Task],
+    source: str,
+    target: str,
+    sft_steps: int,
+    dpo_steps: int,
+    linter: bool,
+) -> None:
+    """One functional + style round on the run's stored translations; the checkpoints go to stderr."""
+    from veriloop.agents.f2strans.data import functional_rows, nodes_of_runs, style_rows
+    from veriloop.agents.f2strans.training import RoundSpec, train_round
+    from veriloop.store import TrajectoryStore
+    from veriloop.training.common import stderr_progress
+
+    with TrajectoryStore.from_settings(settings) as store:
+        nodes = nodes_of_runs(store, [run_id])
+    sft = functional_rows(tasks, source, target, nodes)
+    pairs = style_rows(tasks, source, target, nodes, linter=linter)
+    print(f"training: {len(sft)} functional rows, {len(pairs)} style pairs", file=sys.stderr)
+    folder = settings.paths.home / "checkpoints" / f"f2strans-{run_id[:12]}"
+    spec = RoundSpec(sft_steps=sft_steps, dpo_steps=dpo_steps)
+    report = train_round(settings, sft, pairs, folder, spec, progress=stderr_progress)
+    for stage in ("sft", "dpo"):
+        if stage in report:
+            print(f"{stage}: {report[stage]['model']}", file=sys.stderr)
+    if not pairs:
+        print("dpo: skipped (no style pairs: sample more candidates, e.g. --samples 4 --temperature 0.8)",
+              file=sys.stderr)  # fmt: skip
+    print(f"use it with: veriloop --model {report['model']} run f2strans ...", file=sys.stderr)
 
 
 def _style(store: Any, node_id: str | None) -> float | None:

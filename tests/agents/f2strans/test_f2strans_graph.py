@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from veriloop.config import Settings, load_settings
 from veriloop.errors import ConfigError
 from veriloop.records import Attempt, ExecStatus, Prompt
 from veriloop.store import TrajectoryStore
-from veriloop.testing import ScriptedBackend, prompt_text
+from veriloop.testing import ScriptedBackend, prompt_text, tiny_causal_lm
 
 ADD_ONE = "transcoder/ADD_1_TO_A_GIVEN_NUMBER_1"
 WRONG = "Here it is:\n```python\ndef addOne(x):\n    return x\n```\n"
@@ -140,6 +141,28 @@ def test_cli_reports_accuracy_and_style(settings: Settings, capsys: pytest.Captu
     assert all(attempt["style"] is not None for attempt in report["attempts"])
     assert main(["--home", home, "run", "f2strans", "--from", "cpp", "--to", "cpp"]) != 0
     assert "must differ" in capsys.readouterr().err
+
+
+def test_cli_train_runs_a_functional_and_style_round(
+    settings: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model, tokenizer = tiny_causal_lm()
+    folder = tmp_path / "tiny"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    home = str(settings.paths.home)
+    code = main(["--home", home, "--model", str(folder), "run", "f2strans", "--from", "cpp", "--to", "python",
+                 "--limit", "2", "--turns", "1", "--samples", "2", "--temperature", "0.8", "--max-tokens", "24",
+                 "--train", "--sft-steps", "1", "--dpo-steps", "1", "--json"])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 0 and json.loads(captured.out)["n"] == 2
+    # the references are SFT rows; the tiny model's failing samples lose to them in the style pairs
+    [counts] = re.findall(r"training: (\d+) functional rows, (\d+) style pairs", captured.err)
+    assert int(counts[0]) == 2 and 2 <= int(counts[1]) <= 4  # at least one pair per function
+    ids = [line.split("checkpoint:", 1)[1] for line in captured.err.splitlines() if line.startswith(("sft:", "dpo:"))]
+    with TrajectoryStore.from_settings(settings) as store:
+        sft, dpo = (store.get_model(model_id) for model_id in ids)
+    assert (sft.method, dpo.method) == ("sft", "dpo") and dpo.base == f"checkpoint:{sft.id}"
 
 
 def test_agent_class_is_registered() -> None:
