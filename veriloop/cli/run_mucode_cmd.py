@@ -24,18 +24,28 @@ def run_mucode(
         str | None, typer.Option("--verifier-model", help="Learned verifier for lv and pt+lv: checkpoint:ID.")
     ] = None,
     temperature: Annotated[
-        float | None, typer.Option("--temperature", help="First-turn temperature (default: 0 for n=1, else 0.7).")
+        float | None,
+        typer.Option("--temperature", min=0.0, max=2.0, help="First-turn temperature (default: 0 for n=1, else 0.7)."),
     ] = None,
     repair_temperature: Annotated[
-        float | None, typer.Option("--repair-temperature", help="Temperature of later turns (default: as the first).")
+        float | None,
+        typer.Option(
+            "--repair-temperature", min=0.0, max=2.0, help="Temperature of later turns (default: as the first)."
+        ),
     ] = None,
     history: Annotated[str, typer.Option("--history", help="full conversation, or the latest code only.")] = "full",
     max_tokens: Annotated[int, typer.Option("--max-tokens", min=16, help="New tokens per reply at most.")] = 384,
     seed: Annotated[int, typer.Option("--seed", help="Seed of sampling and random selection.")] = 0,
     train: Annotated[bool, typer.Option("--train", help="Run μCode's expert iteration on the suite.")] = False,
-    iterations: Annotated[int, typer.Option("--iterations", min=1, help="Expert-iteration rounds (with --train).")] = 1,
-    rollouts: Annotated[int, typer.Option("--rollouts", min=1, help="Rollouts per task and round (--train).")] = 4,
-    rollout_temperature: Annotated[float, typer.Option("--rollout-temperature", help="Rollout temperature.")] = 0.7,
+    iterations: Annotated[
+        int, typer.Option("--iterations", min=1, max=20, help="Expert-iteration rounds (with --train).")
+    ] = 1,
+    rollouts: Annotated[
+        int, typer.Option("--rollouts", min=1, max=64, help="Rollouts per task and round (--train).")
+    ] = 4,
+    rollout_temperature: Annotated[
+        float, typer.Option("--rollout-temperature", min=0.0, max=2.0, help="Rollout temperature.")
+    ] = 0.7,
     verifier_steps: Annotated[int, typer.Option("--verifier-steps", min=1, help="Verifier steps per round.")] = 40,
     sft_steps: Annotated[int, typer.Option("--sft-steps", min=1, help="Generator fine-tuning steps per round.")] = 40,
     limit: LimitOption = None,
