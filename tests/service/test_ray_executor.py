@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import psutil  # type: ignore[import-untyped]
 import pytest
 
 from veriloop.agents.runner import create_run
+from veriloop.cli import main
 from veriloop.config import load_settings
 from veriloop.records import RunStatus
 from veriloop.service.executor import RayExecutor, get_executor
@@ -50,3 +52,24 @@ async def test_ray_executor_runs_a_small_suite_and_stops_only_what_it_started(
         assert sorted(a.task_id for a in attempts) == [f"HumanEval/{i}" for i in range(4)]
         nodes = store.list_nodes(run.id)
         assert len(nodes) == 4 and all(node.exec_result is not None for node in nodes)
+
+
+@pytest.mark.slow
+def test_cli_run_with_the_ray_executor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("ray", reason="the ray executor needs Ray (the dev and ray extras install it)")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    code = main(["--home", str(tmp_path), "--backend", "scripted", "run", "direct", "--limit", "3",
+                 "--executor", "ray", "--json"])  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["status"] == "finished" and report["total"] == 3
+    assert [attempt["task_id"] for attempt in report["attempts"]] == [f"HumanEval/{i}" for i in range(3)]
+
+
+def test_cli_refuses_an_unknown_executor(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["--home", str(tmp_path), "--backend", "scripted", "run", "direct", "--limit", "1",
+                 "--executor", "dask"])  # fmt: skip
+    assert code != 0 and "unknown executor 'dask'" in capsys.readouterr().err
+    with TrajectoryStore.from_settings(load_settings(paths={"home": tmp_path})) as store:
+        assert store.list_runs() == []  # bad input stores nothing

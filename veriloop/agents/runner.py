@@ -126,7 +126,12 @@ async def execute_run(
             await backend.aclose()
         if own_sandbox and sandbox is not None:
             await sandbox.aclose()
+    return run, suite_attempts(store, run.id, suite)
+
+
+def suite_attempts(store: TrajectoryStore, run_id: str, suite: Suite) -> list[Attempt]:
+    """The run's attempts on the suite's tasks, in suite order."""
     order = {task.id: index for index, task in enumerate(suite.tasks)}
-    attempts = [attempt for attempt in store.list_attempts(run.id) if attempt.task_id in order]
+    attempts = [attempt for attempt in store.list_attempts(run_id) if attempt.task_id in order]
     attempts.sort(key=lambda attempt: order[attempt.task_id])
-    return run, attempts
+    return attempts

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import typer
 
 from veriloop.cli.app import JsonFlag
-from veriloop.cli.run_cmd import ConcurrencyOption, LimitOption, TaskIdsOption, run_agent, run_app
+from veriloop.cli.run_cmd import ConcurrencyOption, ExecutorOption, LimitOption, TaskIdsOption, run_agent, run_app
 from veriloop.errors import ConfigError
 
 SUITE_BY_TARGET = {"dafny": "dafnybench-hints", "nagini": "alphaverus-dafny2nagini", "verus": "alphaverus-dafny2verus"}
@@ -39,6 +39,7 @@ def run_alphaverus(
     limit: LimitOption = None,
     task: TaskIdsOption = None,
     concurrency: ConcurrencyOption = 8,
+    executor: ExecutorOption = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Explore translations, refine the best partial ones with tree search, filter, grow the exemplar pools."""
@@ -55,4 +56,4 @@ def run_alphaverus(
         "search": search.replace("-", "_"), "explore_samples": explore, "exploit_samples": exploit_samples,
         "judge_votes": judge_votes, "max_tokens": max_tokens, "seed": seed, "concurrency": concurrency,
     }  # fmt: skip
-    run_agent(ctx, "alphaverus", suite, options, limit=limit, task_ids=task, as_json=as_json)
+    run_agent(ctx, "alphaverus", suite, options, limit=limit, task_ids=task, as_json=as_json, executor=executor)

@@ -27,26 +27,66 @@ TaskIdsOption = Annotated[
     list[str] | None, typer.Option("--task", help="Solve only this task id (repeatable); overrides the suite order.")
 ]
 ConcurrencyOption = Annotated[int, typer.Option("--concurrency", min=1, help="Tasks in flight at once.")]
+ExecutorOption = Annotated[
+    str | None,
+    typer.Option(
+        "--executor",
+        help="local: this process; ray: the tasks as Ray tasks on service.ray_address, or a local Ray "
+        "(pip install 'veriloop[ray]'). Default: service.executor (local).",
+    ),
+]
 
 
-async def _execute(settings: Settings, run: Run, total: int) -> tuple[Run, list[Attempt], float]:
+def executor_name(settings: Settings, executor: str | None) -> str:
+    """The executor a run uses (the flag, else `service.executor`); an unknown name fails before anything is stored."""
+    from veriloop.service.executor import EXECUTORS
+
+    name = executor or settings.service.executor
+    EXECUTORS.load(name)
+    return name
+
+
+def _finished_count(store: Any, run_id: str) -> int:
+    return len({a.task_id for a in store.list_attempts(run_id) if a.status in ("passed", "failed")})
+
+
+async def _execute(
+    settings: Settings, run: Run, total: int, executor: str | None = None
+) -> tuple[Run, list[Attempt], float]:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from veriloop.agents.runner import execute_run
+    from veriloop.agents.runner import execute_run, suite_attempts, suite_of
+    from veriloop.service.executor import get_executor
     from veriloop.store import TrajectoryStore
 
+    name = executor_name(settings, executor)
     started = time.perf_counter()
     with TrajectoryStore.from_settings(settings) as store, Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         console=Console(stderr=True), transient=True,
     ) as progress:  # fmt: skip
-        bar = progress.add_task(f"{run.agent} on {run.suite}", total=total)
-        done = {a.task_id for a in store.list_attempts(run.id) if a.status in ("passed", "failed")}
-        progress.update(bar, completed=len(done))
-        finished, attempts = await execute_run(
-            settings, store, run.id, on_attempt=lambda _attempt: progress.advance(bar)
-        )
+        bar = progress.add_task(f"{run.agent} on {run.suite} ({name})", total=total)
+        progress.update(bar, completed=_finished_count(store, run.id))
+        if name == "local":
+            finished, attempts = await execute_run(
+                settings, store, run.id, on_attempt=lambda _attempt: progress.advance(bar)
+            )
+            return finished, attempts, time.perf_counter() - started
+        remote = get_executor(settings, name)
+
+        async def watch() -> None:  # other processes write the attempts: poll the store for progress
+            while True:
+                await asyncio.sleep(1.0)
+                progress.update(bar, completed=await asyncio.to_thread(_finished_count, store, run.id))
+
+        watcher = asyncio.create_task(watch())
+        try:
+            finished = await remote.execute(settings, run.id)
+        finally:
+            watcher.cancel()
+            await remote.aclose()
+        attempts = suite_attempts(store, run.id, suite_of(finished, settings))
     return finished, attempts, time.perf_counter() - started
 
 
@@ -95,17 +135,19 @@ def run_agent(
     task_ids: Sequence[str] | None,
     as_json: bool,
     settings: Settings | None = None,
+    executor: str | None = None,
 ) -> tuple[Run, list[Attempt]]:
     """Create a run of `agent` on the suite slice, execute it with progress, print the report."""
     from veriloop.agents.runner import create_run, suite_of
     from veriloop.store import TrajectoryStore
 
     settings = settings or state(ctx).settings()
+    executor = executor_name(settings, executor)
     with TrajectoryStore.from_settings(settings) as store:
         run = create_run(store, settings, agent=agent, suite=suite, options=options, limit=limit,
                          task_ids=task_ids or ())  # fmt: skip
     total = len(suite_of(run, settings).tasks)
-    finished, attempts, seconds = asyncio.run(_execute(settings, run, total))
+    finished, attempts, seconds = asyncio.run(_execute(settings, run, total, executor))
     report_run(finished, attempts, seconds, as_json)
     return finished, attempts
 
@@ -117,16 +159,19 @@ def run_direct(
     limit: LimitOption = None,
     task: TaskIdsOption = None,
     concurrency: ConcurrencyOption = 8,
+    executor: ExecutorOption = None,
     as_json: JsonFlag = False,
 ) -> None:
     """One greedy sample per task, tested once: the single-turn baseline."""
-    run_agent(ctx, "direct", suite, {"concurrency": concurrency}, limit=limit, task_ids=task, as_json=as_json)
+    run_agent(ctx, "direct", suite, {"concurrency": concurrency}, limit=limit, task_ids=task, as_json=as_json,
+              executor=executor)  # fmt: skip
 
 
 @run_app.command("resume")
 def run_resume(
     ctx: typer.Context,
     run_id: Annotated[str, typer.Argument(help="Run to continue; tasks already finished are not repeated.")],
+    executor: ExecutorOption = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Continue an interrupted run with the options it was created with."""
@@ -137,5 +182,5 @@ def run_resume(
     with TrajectoryStore.from_settings(settings) as store:
         run = store.get_run(run_id)
     total = len(suite_of(run, settings).tasks)
-    finished, attempts, seconds = asyncio.run(_execute(settings, run, total))
+    finished, attempts, seconds = asyncio.run(_execute(settings, run, total, executor))
     report_run(finished, attempts, seconds, as_json)

@@ -16,7 +16,15 @@ from typing import Annotated, Any
 import typer
 
 from veriloop.cli.app import JsonFlag, emit, state
-from veriloop.cli.run_cmd import ConcurrencyOption, LimitOption, TaskIdsOption, _execute, run_app
+from veriloop.cli.run_cmd import (
+    ConcurrencyOption,
+    ExecutorOption,
+    LimitOption,
+    TaskIdsOption,
+    _execute,
+    executor_name,
+    run_app,
+)
 from veriloop.config import Settings
 from veriloop.records import Task
 
@@ -44,6 +52,7 @@ def run_f2strans(
     limit: LimitOption = None,
     task: TaskIdsOption = None,
     concurrency: ConcurrencyOption = 8,
+    executor: ExecutorOption = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Translate each function, compile and test it in the target language, repair with the feedback.
@@ -67,6 +76,7 @@ def run_f2strans(
     }  # fmt: skip
     make_agent("f2strans", options)  # a bad direction fails before the suite is read
     settings = state(ctx).settings()
+    executor = executor_name(settings, executor)
     ids = list(task or [])
     if not ids:
         ids = [t.id for t in load_suite(suite, settings).tasks if has_direction(t, source, target)]
@@ -74,7 +84,7 @@ def run_f2strans(
         run = create_run(store, settings, agent="f2strans", suite=suite, options=options, limit=limit, task_ids=ids,
                          extra={"direction": f"{source}->{target}"})  # fmt: skip
     total = len(suite_of(run, settings).tasks)
-    finished, attempts, seconds = asyncio.run(_execute(settings, run, total))
+    finished, attempts, seconds = asyncio.run(_execute(settings, run, total, executor))
     with TrajectoryStore.from_settings(settings) as store:
         summary = summarize(store, attempts)
         styles = {a.task_id: _style(store, a.best_node_id) for a in attempts}

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from veriloop.cli.app import JsonFlag
-from veriloop.cli.run_cmd import ConcurrencyOption, LimitOption, TaskIdsOption, run_agent, run_app
+from veriloop.cli.run_cmd import ConcurrencyOption, ExecutorOption, LimitOption, TaskIdsOption, run_agent, run_app
 
 
 @run_app.command("mucode")
@@ -51,6 +51,7 @@ def run_mucode(
     limit: LimitOption = None,
     task: TaskIdsOption = None,
     concurrency: ConcurrencyOption = 8,
+    executor: ExecutorOption = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Solve each task in up to --turns turns, N candidates a turn, public-test feedback between turns.
@@ -64,7 +65,7 @@ def run_mucode(
         "train": train, "iterations": iterations, "rollouts": rollouts, "rollout_temperature": rollout_temperature,
         "verifier_steps": verifier_steps, "sft_steps": sft_steps, "concurrency": concurrency,
     }  # fmt: skip
-    run, _ = run_agent(ctx, "mucode", suite, options, limit=limit, task_ids=task, as_json=as_json)
+    run, _ = run_agent(ctx, "mucode", suite, options, limit=limit, task_ids=task, as_json=as_json, executor=executor)
     if train:
         _print_rounds(ctx, run.id)
 

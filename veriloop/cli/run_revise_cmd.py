@@ -9,7 +9,15 @@ from typing import Annotated, Any
 import typer
 
 from veriloop.cli.app import JsonFlag, state
-from veriloop.cli.run_cmd import ConcurrencyOption, LimitOption, TaskIdsOption, run_agent, run_app
+from veriloop.cli.run_cmd import (
+    ConcurrencyOption,
+    ExecutorOption,
+    LimitOption,
+    TaskIdsOption,
+    executor_name,
+    run_agent,
+    run_app,
+)
 
 
 @run_app.command("revise")
@@ -36,6 +44,7 @@ def run_revise(
     limit: LimitOption = None,
     task: TaskIdsOption = None,
     concurrency: ConcurrencyOption = 8,
+    executor: ExecutorOption = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Answer, self-verify with \\[eos] or \\[refine], refine on \\[refine], pick by the model's own confidence.
@@ -59,8 +68,10 @@ def run_revise(
         "concurrency": concurrency,
     }
     make_agent("revise", options)  # bad options fail here, before the model is prepared
+    executor = executor_name(state(ctx).settings(), executor)
     settings = ensure_decision_tokens(state(ctx).settings())
-    run, _ = run_agent(ctx, "revise", suite, options, limit=limit, task_ids=task, as_json=as_json, settings=settings)
+    run, _ = run_agent(ctx, "revise", suite, options, limit=limit, task_ids=task, as_json=as_json, settings=settings,
+                       executor=executor)  # fmt: skip
     if train:
         _train_curriculum(settings, run.id, stage_steps, lora)
 
