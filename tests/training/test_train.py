@@ -86,6 +86,29 @@ def test_train_refuses_bad_input_in_one_line(
     assert "needs a Q-RM" in capsys.readouterr().err
 
 
+def test_dpo_variants_by_name(
+    demo_home: Path, exports: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from veriloop.testing import tiny_causal_lm
+
+    model, tokenizer = tiny_causal_lm(context=4096)  # byte-level tokens: prompts are long
+    tiny = tmp_path / "tiny"
+    model.save_pretrained(tiny)
+    tokenizer.save_pretrained(tiny)
+    rows = load_rows(exports["preference"])
+    out = tmp_path / "radpo"
+    short = ("--steps", "1", "--max-length", "4096", "--json")
+    result = _cli(_train_argv(demo_home, "radpo", exports["preference"], tiny, out, *short), capsys)
+    augmented = load_rows(out / "reward-augmented.jsonl")
+    kept = [row for row in rows if float(row["chosen_score"]) >= float(row["rejected_score"])]
+    assert len(augmented) == 2 * len(kept) and {row["augmented"] for row in augmented} == {"positive", "negative"}
+    assert result["method"] == "dpo" and result["steps"] == 1
+    nsdpo = _cli(_train_argv(demo_home, "nsdpo", exports["preference"], tiny, tmp_path / "ns", *short), capsys)
+    assert nsdpo["metrics"]["loss_type"] == "ns_dpo"
+    assert main(["--home", str(demo_home), "train", "ipo", "--loss", "epa", "--data", str(exports["preference"])]) != 0
+    assert "ipo is dpo --loss ipo; drop --loss epa" in capsys.readouterr().err
+
+
 def test_generate_with_an_unknown_checkpoint_is_one_line(demo_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--home", str(demo_home), "--model", "checkpoint:feedbeef", "generate", "hi"]) != 0
     assert "not found" in capsys.readouterr().err

@@ -12,6 +12,22 @@ from veriloop.cli.app import JsonFlag, app, emit, state
 from veriloop.errors import ConfigError
 
 METHOD_NAMES = ("sft", "dpo", "rm", "prm", "qrm", "reinforce")
+DPO_VARIANTS = {"ipo": "ipo", "epa": "epa", "nsdpo": "ns_dpo", "radpo": None}
+"""Names for DPO with a given loss (`dpo --loss ...`); `radpo` is DPO on reward-augmented pairs."""
+
+
+def _reward_augmented(data: Path, folder: Path) -> Path:
+    """The export's pairs reward-augmented (RA-DPO), written beside the checkpoint; an augmented export as is."""
+    from veriloop.store.exports import load_rows, write_rows
+    from veriloop.training.data import reward_augment
+
+    rows = load_rows(data)
+    if rows and "augmented" in rows[0]:
+        return data  # `veriloop export preference --reward-augment` did it already
+    missing = [column for column in ("chosen_score", "rejected_score") if rows and column not in rows[0]]
+    if not rows or missing:
+        raise ConfigError(f"radpo needs a preference export with chosen_score and rejected_score; {data} lacks them")
+    return write_rows(reward_augment(rows), folder / "reward-augmented.jsonl", "jsonl")
 
 
 def _options(pairs: list[str]) -> dict[str, Any]:
@@ -27,7 +43,10 @@ def _options(pairs: list[str]) -> dict[str, Any]:
 @app.command("train")
 def train_cmd(
     ctx: typer.Context,
-    method: Annotated[str, typer.Argument(help=f"Training method: {', '.join(METHOD_NAMES)}.")],
+    method: Annotated[
+        str,
+        typer.Argument(help=f"Training method: {', '.join(METHOD_NAMES)}; DPO variants: {', '.join(DPO_VARIANTS)}."),
+    ],
     data: Annotated[Path, typer.Option("--data", help="An export: .jsonl, .parquet or a datasets folder.")],
     model: Annotated[
         str | None, typer.Option("--model", help="Base model: the embedded default, a folder or checkpoint:ID.")
@@ -53,16 +72,29 @@ def train_cmd(
     seed: Annotated[int, typer.Option("--seed", help="Seed for shuffling, sampling and head init.")] = 0,
     as_json: JsonFlag = False,
 ) -> None:
-    """Train a model on an exported dataset and register the checkpoint in the store."""
+    """Train a model on an exported dataset and register the checkpoint in the store.
+
+    `ipo`, `epa` and `nsdpo` are `dpo --loss ipo|epa|ns_dpo`; `radpo` is DPO on the preference export's
+    pairs reward-augmented (each pair twice, conditioned on the chosen and on the rejected score).
+    """
     from veriloop.training import METHODS, default_out, train
     from veriloop.training.common import TrainSpec, stderr_progress
 
+    variant = method if method in DPO_VARIANTS else None
+    if variant is not None:
+        implied = DPO_VARIANTS[variant]
+        if loss is not None and implied is not None and loss != implied:
+            raise ConfigError(f"{variant} is dpo --loss {implied}; drop --loss {loss}")
+        method, loss = "dpo", loss or implied
     if method not in METHODS:
-        raise ConfigError(f"unknown training method {method!r}; choose one of: {', '.join(METHODS)}")
+        names = [*METHODS, *DPO_VARIANTS]
+        raise ConfigError(f"unknown training method {method!r}; choose one of: {', '.join(names)}")
     options = _options(option or [])
     for key, value in (("loss", loss), ("beta", beta), ("label_smoothing", label_smoothing)):
         if value is not None:
             options[key] = value
+    if variant == "radpo":
+        options["reward_augmented"] = True
     settings = state(ctx).settings()
     spec = TrainSpec(
         method=method,
@@ -83,6 +115,8 @@ def train_cmd(
         if not data.exists():
             raise ConfigError(f"dataset {data} does not exist")
         spec.out = default_out(settings, spec)
+    if variant == "radpo":
+        spec.data = _reward_augmented(data, spec.out)
     from veriloop.llm.embedded import set_torch_threads
 
     set_torch_threads(settings.llm.torch_threads)
