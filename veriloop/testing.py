@@ -251,6 +251,14 @@ def tiny_causal_lm(seed: int = 0, *, layers: int = 2, hidden: int = 64, context:
     return model, tokenizer
 
 
+def tiny_model_folder(folder: Path, seed: int = 0, *, context: int = 1024) -> Path:
+    """`tiny_causal_lm` saved as a Hugging Face folder, so `--model FOLDER` or `settings.llm.model` can name it."""
+    model, tokenizer = tiny_causal_lm(seed, context=context)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 @dataclass(frozen=True)
 class ModelConversion:
     """The test session's one conversion of the embedded model (see tests/conftest.py)."""

@@ -16,17 +16,13 @@ from veriloop.llm import embedded
 from veriloop.llm.batcher import ContinuousBatcher, SampleSpec, SpeculativePrefill
 from veriloop.llm.embedded import EmbeddedBackend
 from veriloop.records import SamplingParams
-from veriloop.testing import tiny_causal_lm
+from veriloop.testing import tiny_causal_lm, tiny_model_folder
 
 
 @pytest.fixture(scope="module")
 def tiny_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny random llama saved as a Hugging Face folder, so `settings.llm.model` can name it."""
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    model, tokenizer = tiny_causal_lm(seed=0)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return tiny_model_folder(tmp_path_factory.mktemp("tiny-llama"))
 
 
 @pytest.fixture

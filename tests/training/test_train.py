@@ -89,12 +89,9 @@ def test_train_refuses_bad_input_in_one_line(
 def test_dpo_variants_by_name(
     demo_home: Path, exports: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from veriloop.testing import tiny_causal_lm
+    from veriloop.testing import tiny_model_folder
 
-    model, tokenizer = tiny_causal_lm(context=4096)  # byte-level tokens: prompts are long
-    tiny = tmp_path / "tiny"
-    model.save_pretrained(tiny)
-    tokenizer.save_pretrained(tiny)
+    tiny = tiny_model_folder(tmp_path / "tiny", context=4096)  # byte-level tokens: prompts are long
     rows = load_rows(exports["preference"])
     out = tmp_path / "radpo"
     short = ("--steps", "1", "--max-length", "4096", "--json")

@@ -21,7 +21,7 @@ from veriloop.config import Settings, load_settings
 from veriloop.errors import ConfigError
 from veriloop.records import Attempt, ExecStatus, Prompt
 from veriloop.store import TrajectoryStore
-from veriloop.testing import ScriptedBackend, prompt_text, tiny_causal_lm
+from veriloop.testing import ScriptedBackend, prompt_text, tiny_model_folder
 
 ADD_ONE = "transcoder/ADD_1_TO_A_GIVEN_NUMBER_1"
 WRONG = "Here it is:\n```python\ndef addOne(x):\n    return x\n```\n"
@@ -146,10 +146,7 @@ def test_cli_reports_accuracy_and_style(settings: Settings, capsys: pytest.Captu
 def test_cli_train_runs_a_functional_and_style_round(
     settings: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    model, tokenizer = tiny_causal_lm()
-    folder = tmp_path / "tiny"
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    folder = tiny_model_folder(tmp_path / "tiny")
     home = str(settings.paths.home)
     code = main(["--home", home, "--model", str(folder), "run", "f2strans", "--from", "cpp", "--to", "python",
                  "--limit", "2", "--turns", "1", "--samples", "2", "--temperature", "0.8", "--max-tokens", "24",

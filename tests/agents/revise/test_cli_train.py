@@ -10,14 +10,11 @@ import pytest
 from veriloop.cli import main
 from veriloop.config import load_settings
 from veriloop.store import TrajectoryStore
-from veriloop.testing import tiny_causal_lm
+from veriloop.testing import tiny_model_folder
 
 
 def test_run_revise_train_registers_both_stages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    model, tokenizer = tiny_causal_lm()
-    folder = tmp_path / "tiny"
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    folder = tiny_model_folder(tmp_path / "tiny")
     home = tmp_path / "home"
     code = main(["--home", str(home), "--model", str(folder), "run", "revise", "--suite", "humaneval",
                  "--task", "HumanEval/23", "--task", "HumanEval/28", "--samples", "2", "--refinements", "1",

@@ -13,17 +13,14 @@ from veriloop.llm.embedded import EmbeddedBackend, resolve_model
 from veriloop.records import Message
 from veriloop.store import TrajectoryStore
 from veriloop.store.exports import write_rows
-from veriloop.testing import tiny_causal_lm
+from veriloop.testing import tiny_causal_lm, tiny_model_folder
 from veriloop.training.common import TrainSpec
 from veriloop.training.revise import encode_continuation, train_sft_dpo
 from veriloop.training.special_tokens import add_special_tokens, has_tokens, prepare_model
 
 
 def tiny_home(tmp_path: Path) -> Settings:
-    model, tokenizer = tiny_causal_lm()
-    folder = tmp_path / "tiny"
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    folder = tiny_model_folder(tmp_path / "tiny")
     return load_settings(paths={"home": tmp_path / "home"}, llm={"model": str(folder)})
 
 
