@@ -43,3 +43,21 @@ def test_run_revise_with_the_embedded_model(
             assert select.metadata["selected_attempt_id"] == attempt["best_node_id"]
         rows = rows_from_runs(store, [report["run_id"]], tasks, 1)
     assert len(rows) >= 6 and {row["chosen"] for row in rows} <= {EOS_TOKEN, REFINE_TOKEN}
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_run_revise_train_with_the_embedded_model(
+    tmp_path: Path, model_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    database = f"sqlite:///{tmp_path / 'revise-train.db'}"
+    code = main(["--home", str(model_home), "--database", database, "run", "revise", "--suite", "humaneval-train",
+                 "--task", "HumanEval/82", "--task", "HumanEval/85", "--samples", "2", "--refinements", "1",
+                 "--max-tokens", "64", "--train", "--stage-steps", "1", "1", "--json"])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 0 and json.loads(captured.out)["total"] == 2
+    ids = [line.rsplit("checkpoint:", 1)[1] for line in captured.err.splitlines() if line.startswith("stage")]
+    settings = load_settings(paths={"home": model_home}, store={"url": database})
+    with TrajectoryStore.from_settings(settings) as store:
+        stage1, stage2 = (store.get_model(model_id) for model_id in ids)
+    assert stage2.base == stage1.path and Path(stage2.path, "config.json").exists()
