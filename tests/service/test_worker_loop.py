@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from veriloop.agents.runner import preempted
+from veriloop.agents.runner import preempted, settings_for_run
 from veriloop.config import Settings, load_settings
 from veriloop.errors import ConfigError, StoreError
 from veriloop.llm.base import Backend
 from veriloop.records import Run, RunStatus
-from veriloop.service.executor import Executor, settings_for_run
+from veriloop.service.executor import Executor
 from veriloop.service.worker import run_job, work
 from veriloop.store import TrajectoryStore
 from veriloop.store.jobs import Heartbeat, Job, JobQueue, JobStatus

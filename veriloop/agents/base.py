@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from veriloop.agents.context import AgentContext
+from veriloop.config import Settings
 from veriloop.errors import ConfigError
 from veriloop.records import Attempt, Task
 from veriloop.registry import Registry
@@ -51,6 +52,12 @@ class Agent(ABC, Generic[OptionsT]):
 
     def __init__(self, options: OptionsT | None = None) -> None:
         self.options: OptionsT = options if options is not None else self.Options()  # type: ignore[assignment]
+
+    @classmethod
+    def prepare(cls, settings: Settings) -> Settings:
+        """The settings this method's runs need, applied when a run is created (so the run records the model it
+        really uses). Default: as given; ReVISE swaps in a copy of the model with its decision tokens."""
+        return settings
 
     @abstractmethod
     async def solve(self, task: Task, ctx: AgentContext) -> Attempt:

@@ -19,7 +19,7 @@ from typing import Any
 
 from veriloop.agents.base import OnAttempt, make_agent
 from veriloop.agents.context import AgentContext
-from veriloop.config import Settings
+from veriloop.config import LLMSettings, Settings
 from veriloop.llm.base import Backend
 from veriloop.records import Attempt, Run, RunStatus, Task
 from veriloop.sandbox import Sandbox
@@ -30,6 +30,14 @@ FINISHED_ATTEMPTS = frozenset({"passed", "failed"})
 
 PREEMPTED = "veriloop: preempted"
 """Cancellation message meaning "another worker holds this run now": the run's status is left alone."""
+
+
+def settings_for_run(settings: Settings, run: Run) -> Settings:
+    """The executing process's settings, with the model the run asked for (the process picks the backend)."""
+    if run.model == settings.llm.model:
+        return settings
+    llm = LLMSettings.model_validate({**settings.llm.model_dump(), "model": run.model})
+    return settings.model_copy(update={"llm": llm})
 
 
 def preempted(exc: BaseException) -> bool:
@@ -61,8 +69,11 @@ def create_run(
     task_ids: Sequence[str] = (),
     extra: dict[str, Any] | None = None,
 ) -> Run:
-    """Validate the agent's options and the suite slice, store the tasks, and store a pending run."""
-    validated = make_agent(agent, options).options.model_dump(mode="json")
+    """Validate the agent's options and the suite slice, store the tasks, and store a pending run (with the model
+    the agent's `prepare` chose)."""
+    method = make_agent(agent, options)
+    validated = method.options.model_dump(mode="json")
+    settings = type(method).prepare(settings)
     chosen = load_suite(suite, settings).select(limit=limit, ids=tuple(task_ids))
     store.upsert_tasks(chosen.tasks)
     run_settings: dict[str, Any] = {
@@ -99,6 +110,7 @@ async def execute_run(
     from veriloop.sandbox import get_sandbox
 
     run = store.get_run(run_id)
+    settings = settings_for_run(settings, run)
     agent = make_agent(run.agent, run.settings.get("options"))
     suite = suite_of(run, settings)
     todo = todo_tasks(store, run, suite)

@@ -134,14 +134,13 @@ def run_agent(
     limit: int | None,
     task_ids: Sequence[str] | None,
     as_json: bool,
-    settings: Settings | None = None,
     executor: str | None = None,
 ) -> tuple[Run, list[Attempt]]:
     """Create a run of `agent` on the suite slice, execute it with progress, print the report."""
     from veriloop.agents.runner import create_run, suite_of
     from veriloop.store import TrajectoryStore
 
-    settings = settings or state(ctx).settings()
+    settings = state(ctx).settings()
     executor = executor_name(settings, executor)
     with TrajectoryStore.from_settings(settings) as store:
         run = create_run(store, settings, agent=agent, suite=suite, options=options, limit=limit,

@@ -14,7 +14,6 @@ from veriloop.cli.run_cmd import (
     ExecutorOption,
     LimitOption,
     TaskIdsOption,
-    executor_name,
     run_agent,
     run_app,
 )
@@ -55,8 +54,7 @@ def run_revise(
     stage 1 teaches \\[eos] after right answers and \\[refine] after wrong ones, stage 2 prefers refinements
     that fix the answer. Both checkpoints are registered; a rerun resumes an interrupted stage.
     """
-    from veriloop.agents.base import make_agent
-    from veriloop.agents.revise.curriculum import ensure_decision_tokens
+    from veriloop.agents.runner import settings_for_run
 
     options = {
         "samples": samples,
@@ -67,13 +65,9 @@ def run_revise(
         "seed": seed,
         "concurrency": concurrency,
     }
-    make_agent("revise", options)  # bad options fail here, before the model is prepared
-    executor = executor_name(state(ctx).settings(), executor)
-    settings = ensure_decision_tokens(state(ctx).settings())
-    run, _ = run_agent(ctx, "revise", suite, options, limit=limit, task_ids=task, as_json=as_json, settings=settings,
-                       executor=executor)  # fmt: skip
+    run, _ = run_agent(ctx, "revise", suite, options, limit=limit, task_ids=task, as_json=as_json, executor=executor)
     if train:
-        _train_curriculum(settings, run.id, stage_steps, lora)
+        _train_curriculum(settings_for_run(state(ctx).settings(), run), run.id, stage_steps, lora)
 
 
 def _train_curriculum(settings: Any, run_id: str, stage_steps: tuple[int, int], lora: bool) -> None:

@@ -18,21 +18,13 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from veriloop.agents.base import Agent, make_agent
-from veriloop.agents.runner import execute_run, preempted, suite_of, todo_tasks
-from veriloop.config import LLMSettings, Settings
+from veriloop.agents.runner import execute_run, preempted, settings_for_run, suite_of, todo_tasks
+from veriloop.config import Settings
 from veriloop.errors import ConfigError, VeriloopError
 from veriloop.llm.base import Backend
 from veriloop.records import Run, RunStatus
 from veriloop.registry import Registry
 from veriloop.store import TrajectoryStore
-
-
-def settings_for_run(settings: Settings, run: Run) -> Settings:
-    """The executing process's settings, with the model the run asked for (the process picks the backend)."""
-    if run.model == settings.llm.model:
-        return settings
-    llm = LLMSettings.model_validate({**settings.llm.model_dump(), "model": run.model})
-    return settings.model_copy(update={"llm": llm})
 
 
 class Executor(ABC):

@@ -44,3 +44,17 @@ def test_bad_options_fail_before_the_model_is_prepared(tmp_path: Path, capsys: p
     code = main(["--home", str(tmp_path), "run", "revise", "--selection", "loudest", "--limit", "1"])
     assert code != 0 and "selection: Input should be 'confidence', 'majority' or 'first'" in capsys.readouterr().err
     assert not (tmp_path / "checkpoints").exists()
+
+
+async def test_a_run_created_like_the_api_does_gets_the_model_with_decision_tokens(tmp_path: Path) -> None:
+    from veriloop.agents.runner import create_run, execute_run
+
+    settings = load_settings(paths={"home": tmp_path / "home"}, llm={"model": str(tiny_model_folder(tmp_path / "t"))})
+    with TrajectoryStore.from_settings(settings) as store:
+        run = create_run(store, settings, agent="revise", suite="humaneval", options={"samples": 1, "max_tokens": 16},
+                         task_ids=["HumanEval/23"])  # fmt: skip
+        assert "/checkpoints/tokens-" in run.model  # the prepared copy, recorded on the run
+        finished, [attempt] = await execute_run(settings, store, run.id)  # the base model in settings: run's wins
+        decisions = [node for node in store.get_tree(run.id, "HumanEval/23") if node.role == "verify"]
+    assert finished.status.value == "finished" and attempt.status in ("passed", "failed")
+    assert decisions and all(0.0 < node.metadata["p_eos"] < 1.0 for node in decisions)

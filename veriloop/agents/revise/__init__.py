@@ -10,6 +10,7 @@ from veriloop.agents.checkpoint import CheckpointedAgent
 from veriloop.agents.context import AgentContext
 from veriloop.agents.revise.graph import solve
 from veriloop.agents.revise.state import ReviseOptions
+from veriloop.config import Settings
 from veriloop.records import Attempt, Task
 
 __all__ = ["ReviseAgent", "ReviseOptions"]
@@ -20,6 +21,13 @@ class ReviseAgent(CheckpointedAgent[ReviseOptions]):
 
     name = "revise"
     Options = ReviseOptions
+
+    @classmethod
+    def prepare(cls, settings: Settings) -> Settings:
+        """An embedded model without `[eos]`/`[refine]` is swapped for a prepared copy (made once, registered)."""
+        from veriloop.agents.revise.curriculum import ensure_decision_tokens
+
+        return ensure_decision_tokens(settings)
 
     async def solve(self, task: Task, ctx: AgentContext) -> Attempt:
         async with self.checkpointer(ctx) as saver:
