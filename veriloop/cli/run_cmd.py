@@ -11,13 +11,16 @@ import asyncio
 import sys
 import time
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from veriloop.cli.app import JsonFlag, app, emit, state
 from veriloop.config import Settings
 from veriloop.records import Attempt, Run
+
+if TYPE_CHECKING:
+    from veriloop.store import TrajectoryStore
 
 run_app = typer.Typer(help="Run a method (agent) over a task suite; every step is stored.", no_args_is_help=True)
 app.add_typer(run_app, name="run")
@@ -46,7 +49,7 @@ def executor_name(settings: Settings, executor: str | None) -> str:
     return name
 
 
-def _finished_count(store: Any, run_id: str) -> int:
+def _finished_count(store: TrajectoryStore, run_id: str) -> int:
     return len({a.task_id for a in store.list_attempts(run_id) if a.status in ("passed", "failed")})
 
 
