@@ -141,11 +141,12 @@ async def test_exiting_early_does_not_pass(bwrap_warm: object) -> None:
 
 
 CPP_HARNESS = """#include <iostream>
+int f_gold(int x) { return x == 4 ? 9 : 2 * x; }
 //TOFILL
 int main() {
-    int cases[][2] = {{1, 2}, {3, 6}, {4, 9}};
+    int cases[] = {1, 3, 4};
     for (int i = 0; i < 3; i++) {
-        bool ok = f_filled(cases[i][0]) == cases[i][1];
+        bool ok = f_filled(cases[i]) == f_gold(cases[i]);
         std::cout << "VERILOOP-TEST case" << i << (ok ? " PASS" : " FAIL got another value") << std::endl;
     }
 }

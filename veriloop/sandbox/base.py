@@ -15,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 from veriloop.config import Settings
 from veriloop.records import ExecResult, ExecStatus, TestOutcome
 from veriloop.registry import Registry
-from veriloop.sandbox.job import Job, Limits
+from veriloop.sandbox.job import Job, Limits, Step
 
 RUNNER = Path(__file__).with_name("runner.py")
 HARNESS = Path(__file__).with_name("harness_py.py")
@@ -200,23 +200,32 @@ def runner_spec(
             "output_bytes": limits.output_bytes,
             "address_space_bytes": address_space,
         },
-        "steps": [
-            {
-                "name": step.name,
-                "kind": step.kind,
-                "argv": step.argv,
-                "stdin": step.stdin,
-                "timeout_s": job.timeout_of(step),
-                "python": step.python,
-                "stop_on_failure": step.stop_on_failure,
-            }
-            for step in job.steps
-        ],
+        "steps": [_step_spec(job, step) for step in job.steps],
+        "trusted": None
+        if job.trusted is None
+        else {"files": job.trusted.files, "steps": [_step_spec(job, step) for step in job.trusted.steps]},
         "results_file": job.results_file,
         "results_max_bytes": max(limits.output_bytes, 1 << 20),
         "cleanup": cleanup or [],
         "cleanup_ipc": cleanup_ipc,
     }
+
+
+def _step_spec(job: Job, step: Step) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "name": step.name,
+        "kind": step.kind,
+        "argv": step.argv,
+        "stdin": step.stdin,
+        "timeout_s": job.timeout_of(step),
+        "python": step.python,
+        "stop_on_failure": step.stop_on_failure,
+    }
+    if step.judge:
+        spec["judge"] = True
+    if step.stdin_from:
+        spec["stdin_from"] = step.stdin_from
+    return spec
 
 
 def frame(spec: dict[str, Any]) -> bytes:
@@ -260,9 +269,11 @@ def assemble(
     if not steps:
         return infra_error("the runner ran no step", sandbox=sandbox, version=version)
     last = steps[-1]
+    ours = [s for s in steps if not s.get("trusted")]
     compile_failed = next(
-        (s for s in steps if (s["kind"] == "compile" and s["exit_code"] != 0) or "syntax_error" in s["flags"]), None
+        (s for s in ours if (s["kind"] == "compile" and s["exit_code"] != 0) or "syntax_error" in s["flags"]), None
     )
+    trusted_broken = next((s for s in steps if s.get("trusted") and s["kind"] == "compile" and s["exit_code"]), None)
     shown = compile_failed or last
     rss = [s["max_rss_kb"] for s in steps if s.get("max_rss_kb") is not None]
     max_rss_mb = max(rss) / 1024 if rss else None
@@ -295,6 +306,9 @@ def assemble(
         result.status = ExecStatus.OUTPUT_LIMIT
     elif compile_failed is not None:
         result.status = ExecStatus.COMPILE_ERROR
+    elif trusted_broken is not None:  # the reference side of a split test program: the task's fault, not the candidate's
+        result.status = ExecStatus.INFRA_ERROR
+        result.stderr = f"the trusted side of the test program did not build:\n{trusted_broken.get('stderr', '')}"
     elif job.checks is not None:
         from veriloop.sandbox.checks import judge
 

@@ -1,4 +1,10 @@
-"""Judging a finished job's output into per-test outcomes and a status (tests run; the program did not crash)."""
+"""Judging a finished job's output into per-test outcomes and a status (tests run; the program did not crash).
+
+Only channels the candidate cannot write are read for verdicts: the Python judge's verdict pipe (`results`, see
+harness_py), the trusted side of a split test program (steps marked `trusted`, see split.py), or the host's own
+comparison of stdout for stdin/stdout cases. A test program that is not split (languages split.py does not handle)
+is judged from its own output, which the candidate shares: see docs/sandbox.md.
+"""
 
 from __future__ import annotations
 
@@ -25,9 +31,17 @@ def judge(job: Job, steps: list[dict[str, Any]], results: str | None, result: Ex
     if kind == "stdio":
         _judge_stdio(job, steps, result)
     elif kind == "python_asserts":
-        _judge_python(job, steps[-1], results, result)
+        _judge_python(job, _judge_step(steps), results, result)
+    elif any(step.judge for step in job.steps):  # a Python test program run by the judge
+        _judge_python_program(_judge_step(steps), results, result)
+    elif job.trusted is not None:
+        _judge_split(steps, result)
     else:
         _judge_harness(steps[-1], result)
+
+
+def _judge_step(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    return next((step for step in steps if step.get("results") is not None), steps[-1])
 
 
 def _judge_stdio(job: Job, steps: list[dict[str, Any]], result: ExecResult) -> None:
@@ -92,9 +106,46 @@ def _json_lines(text: str) -> list[dict[str, Any]]:
     return records
 
 
+def _judge_python_program(step: dict[str, Any], results: str | None, result: ExecResult) -> None:
+    """A Python test program run by the judge: what it printed is in the verdict records, not in stdout."""
+    records = _json_lines(results or "")
+    printed = "".join(str(item.get("stdout", "")) for item in records if "stdout" in item)
+    complete = any(item.get("complete") is True for item in records)
+    if not complete:
+        result.status = ExecStatus.RUNTIME_ERROR if step["exit_code"] != 0 else ExecStatus.FAILED
+        if step["exit_code"] == 0:
+            result.stderr += "\nthe program exited before its tests finished"
+        return
+    _judge_lines(printed, 0, result)
+
+
+def _judge_split(steps: list[dict[str, Any]], result: ExecResult) -> None:
+    """A split test program: the verdict is the trusted side's output; the candidate side only recorded values."""
+    from veriloop.sandbox.split import BAD_VALUE_EXIT
+
+    trusted = [step for step in steps if step.get("trusted")]
+    if not trusted:  # the candidate's side did not finish (it crashed): the trusted side never ran
+        ran = [step for step in steps if step["kind"] == "run"]
+        result.status = ExecStatus.RUNTIME_ERROR if ran and ran[-1]["exit_code"] != 0 else ExecStatus.FAILED
+        return
+    last = trusted[-1]
+    result.stdout, result.stderr = last.get("stdout", ""), last.get("stderr", "")
+    result.exit_code, result.signal = last.get("exit_code"), last.get("signal")
+    if last["exit_code"] == BAD_VALUE_EXIT:
+        result.status = ExecStatus.FAILED
+        result.tests.append(TestOutcome(name="values", passed=False, message=last.get("stderr", "")[-2000:]))
+        return
+    _judge_lines(last["stdout"], last["exit_code"], result)
+
+
 def _judge_harness(step: dict[str, Any], result: ExecResult) -> None:
+    _judge_lines(step["stdout"], step["exit_code"], result)
+
+
+def _judge_lines(text: str, exit_code: int | None, result: ExecResult) -> None:
+    """`VERILOOP-TEST name PASS|FAIL` lines, or TransCoder's `#Results: passed, total`, from a trusted output."""
     totals: tuple[int, int] | None = None
-    for line in step["stdout"].splitlines():
+    for line in text.splitlines():
         line = line.strip()
         match = RESULT_LINE.match(line)
         if match:
@@ -106,7 +157,7 @@ def _judge_harness(step: dict[str, Any], result: ExecResult) -> None:
     if totals is not None and not result.tests:
         passed, total = totals
         result.tests = [TestOutcome(name=f"case_{i + 1}", passed=i < passed) for i in range(total)]
-    if step["exit_code"] != 0:
+    if exit_code != 0:
         result.status = ExecStatus.RUNTIME_ERROR
     elif not result.tests:
         result.status = ExecStatus.FAILED

@@ -1,24 +1,42 @@
-"""Python test harness, copied into the job as main.py: solution + assert-style tests, one outcome per assert.
+"""Python tests judged where the candidate cannot reach; copied beside the runner and run inside the sandbox.
 
-Standard library only (it runs inside the sandbox). HumanEval style (`def check(candidate): assert ...` plus an
-entry point) and MBPP style (top-level asserts) both work: every `assert` statement is one test, other
-statements are set-up run in order. Each test's outcome is appended to RESULTS as one JSON line as soon as it is
-known (one write, no rewrite of the file), so a later timeout keeps them; a last `{"complete": true}` line ends it.
+Standard library only. `main.py` calls `main(argv)` in the step process, which becomes the *judge*:
+
+1. it makes itself non-dumpable (so no other process of the job can ptrace it or open its /proc/PID/{mem,fd}),
+   then forks the *candidate* process before it has read anything of the tests. The candidate closes every
+   descriptor but its stdout/stderr and two pipes, loads solution.py and then only answers calls.
+2. The judge drops the work dir from sys.path, moves to /, reads the tests from its stdin (they are on no disk the
+   candidate sees) and runs them with a proxy for each name the solution defines: calling it runs the call in the
+   candidate process, and the value comes back as plain data (None, bool, int, float, str, bytes, list, tuple,
+   dict, set, frozenset; anything else is an opaque handle that fails any test that looks at it, naming its type).
+3. Each test's outcome goes to fd 4, a pipe the candidate never held, read by the runner; a last
+   `{"complete": true}` line ends it.
+
+HumanEval style (`def check(candidate): assert ...` plus an entry point) and MBPP style (top-level asserts) both
+work: every `assert` is one test, other statements are set-up run in order. `program` mode runs a whole test
+program (TransCoder's Python scripts) the same way, with its stdout captured by the judge.
 """
 
 from __future__ import annotations
 
 import ast
-import contextlib
+import builtins
 import json
 import os
 import sys
 import traceback
 from typing import Any
 
-RESULTS = ".veriloop-results.json"
 SOLUTION = "solution.py"
 TESTS = "tests.py"
+RESULTS_FD = 4
+MAX_MESSAGE = 64 << 20
+PR_SET_DUMPABLE = 4
+PLAIN_TYPES = "None, bool, int, float, complex, str, bytes, list, tuple, dict, set or frozenset"
+SMALL_INT = 1 << 53
+
+
+# --------------------------------------------------------------------------- the test file
 
 
 def find_check(tree: ast.Module) -> ast.FunctionDef | None:
@@ -66,47 +84,527 @@ def count_tests(tests: str, entry_point: str | None = None) -> int:
     return sum(isinstance(node, ast.Assert) for node in body)
 
 
-def _status(word: str) -> None:
-    with contextlib.suppress(OSError):
-        os.write(3, f"{word}\n".encode())
+# --------------------------------------------------------------------------- plain data on the wire
+
+
+def encode(value: Any, refs: dict[int, Any] | None) -> Any:
+    """A JSON-able form of a plain value; other objects become handles (kept in `refs`) or, without refs, an error.
+
+    Only exact built-in types count (a subclass of int or str may compare or print as it likes, so it is not plain).
+    """
+    kind = type(value)
+    if value is None or kind is bool or kind is str or kind is float:
+        return value
+    if kind is int:
+        return value if -SMALL_INT < value < SMALL_INT else {"i": hex(value)}
+    if kind is list:
+        return [encode(item, refs) for item in value]
+    if kind is tuple:
+        return {"t": [encode(item, refs) for item in value]}
+    if kind is dict:
+        return {"d": [[encode(key, refs), encode(item, refs)] for key, item in value.items()]}
+    if kind is set:
+        return {"s": [encode(item, refs) for item in value]}
+    if kind is frozenset:
+        return {"z": [encode(item, refs) for item in value]}
+    if kind is bytes:
+        return {"b": value.hex()}
+    if kind is complex:
+        return {"c": [value.real, value.imag]}
+    if kind is Remote or kind is Proxy:
+        return {"r": value.ref}
+    if refs is None:
+        raise TypeError(f"a {_type_name(value)} cannot be passed to the candidate (only {PLAIN_TYPES})")
+    ref = len(refs) + 1
+    refs[ref] = value
+    return {"r": ref, "y": _type_name(value)}
+
+
+def _type_name(value: Any) -> str:
+    kind = type(value)
+    module = getattr(kind, "__module__", "")
+    name = getattr(kind, "__qualname__", "?")
+    return name if module in ("builtins", "__solution__", "__main__", None, "") else f"{module}.{name}"
+
+
+class ProtocolError(Exception):
+    """The candidate's process sent something that is not a well-formed answer."""
+
+
+def decode(data: Any) -> Any:
+    """The judge's side: genuine built-in objects from the wire, or ProtocolError; handles become Remote."""
+    kind = type(data)
+    if data is None or kind is bool or kind is str or kind is int or kind is float:
+        return data
+    if kind is list:
+        return [decode(item) for item in data]
+    if kind is not dict or len(data) not in (1, 2):
+        raise ProtocolError(f"unexpected {kind.__name__} on the wire")
+    if "r" in data:
+        ref, name = data.get("r"), data.get("y", "object")
+        if type(ref) is not int or type(name) is not str:
+            raise ProtocolError("bad handle")
+        return Remote(ref, name[:200])
+    if len(data) != 1:
+        raise ProtocolError("bad tagged value")
+    ((tag, body),) = data.items()
+    if tag == "i" and type(body) is str:
+        return int(body, 16)
+    if tag == "b" and type(body) is str:
+        return bytes.fromhex(body)
+    if type(body) is not list:
+        raise ProtocolError(f"bad tagged value {tag!r}")
+    if tag == "t":
+        return tuple(decode(item) for item in body)
+    if tag == "s":
+        return {decode(item) for item in body}
+    if tag == "z":
+        return frozenset(decode(item) for item in body)
+    if tag == "d":
+        pairs = [item for item in body if type(item) is list and len(item) == 2]
+        if len(pairs) != len(body):
+            raise ProtocolError("bad dict item")
+        return {decode(key): decode(item) for key, item in pairs}
+    if tag == "c" and len(body) == 2 and all(type(part) in (int, float) for part in body):
+        return complex(body[0], body[1])
+    raise ProtocolError(f"unknown tag {tag!r}")
+
+
+class Remote:
+    """An object that stayed in the candidate's process: it may be passed back in calls, and nothing else."""
+
+    __slots__ = ("name", "ref")
+
+    def __init__(self, ref: int, name: str) -> None:
+        self.ref = ref
+        self.name = name
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(f"the candidate returned a {self.name}, which is not plain data (only {PLAIN_TYPES})")
+
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse  # type: ignore[assignment]
+    __hash__ = __bool__ = __len__ = __iter__ = __contains__ = __getitem__ = _refuse  # type: ignore[assignment]
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __float__ = __int__ = __index__ = _refuse
+
+    def __getattr__(self, name: str) -> Any:
+        return self._refuse()
+
+    def __repr__(self) -> str:
+        return f"<the candidate's {self.name}>"
+
+    __str__ = __repr__
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return _channel.call(self.ref, args, kwargs)
+
+
+def _send(fd: int, message: Any) -> None:
+    view = memoryview((json.dumps(message, separators=(",", ":")) + "\n").encode())
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+class Lines:
+    """Newline-ended messages from a pipe, each at most MAX_MESSAGE bytes."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buffer = bytearray()
+
+    def read(self) -> bytes | None:
+        while True:
+            end = self.buffer.find(b"\n")
+            if end >= 0:
+                line = bytes(self.buffer[:end])
+                del self.buffer[: end + 1]
+                return line
+            if len(self.buffer) > MAX_MESSAGE:
+                raise ProtocolError(f"an answer over {MAX_MESSAGE >> 20} MiB")
+            chunk = os.read(self.fd, 1 << 20)
+            if not chunk:
+                return None
+            self.buffer += chunk
+
+
+# --------------------------------------------------------------------------- the candidate's process
+
+
+def candidate(requests: int, answers: int) -> None:
+    """In the forked child: load the solution, report its names, then answer calls until the judge closes the pipe."""
+    code = 1
+    try:
+        null = os.open("/dev/null", os.O_RDWR)
+        requests, answers = os.dup(requests), os.dup(answers)  # above 4, before 3 and 4 are reused
+        os.dup2(null, 0)
+        os.dup2(requests, 3)
+        os.dup2(answers, 4)
+        os.closerange(5, 1 << 16)  # the judge's verdict pipe, the runner's status pipe and all the rest
+        code = _serve(3, 4)
+    except BaseException:
+        try:
+            traceback.print_exc()
+        except BaseException:
+            pass
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:
+                pass
+        os._exit(code)
+
+
+def _serve(requests: int, answers: int) -> int:
+    try:
+        with open(SOLUTION) as handle:
+            source = handle.read()
+        compiled = compile(source, SOLUTION, "exec")
+    except SyntaxError:
+        traceback.print_exc(limit=0)
+        _send(answers, {"syntax_error": True})
+        return 1
+    namespace: dict[str, Any] = {"__name__": "__solution__", "__builtins__": builtins}
+    exec(compiled, namespace)  # an exception here is the program's own runtime error (traceback on stderr)
+    refs: dict[int, Any] = {}
+    names: dict[str, Any] = {}
+    for name, value in list(namespace.items()):
+        if name.startswith("__"):
+            continue
+        if isinstance(value, type(sys)):
+            names[name] = {"m": getattr(value, "__name__", name)}
+        elif callable(value):
+            refs[len(refs) + 1] = value
+            names[name] = {"f": len(refs)}
+        else:
+            try:
+                names[name] = {"v": encode(value, None)}
+            except (TypeError, ValueError, RecursionError):
+                continue
+    sys.stdout.flush()
+    _send(answers, {"ready": names})
+    lines = Lines(requests)
+    while True:
+        line = lines.read()
+        if line is None:
+            return 0
+        request = json.loads(line)
+        answer = _answer(request, refs)
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        _send(answers, answer)
+
+
+def _answer(request: dict[str, Any], refs: dict[int, Any]) -> dict[str, Any]:
+    def local(value: Any) -> Any:  # the judge's encoding back into objects, handles into this process's objects
+        kind = type(value)
+        if kind is list:
+            return [local(item) for item in value]
+        if kind is dict:
+            if "r" in value:
+                return refs[value["r"]]
+            ((tag, body),) = value.items()
+            if tag == "i":
+                return int(body, 16)
+            if tag == "b":
+                return bytes.fromhex(body)
+            if tag == "c":
+                return complex(*body)
+            items = [local(item) for item in body]
+            if tag == "t":
+                return tuple(items)
+            if tag == "s":
+                return set(items)
+            if tag == "z":
+                return frozenset(items)
+            return {key: item for key, item in (local(pair) for pair in body)}
+        return value
+
+    target = refs[request["f"]]
+    args = local(request["a"])
+    kwargs = {key: local(item) for key, item in request["k"]}
+    try:
+        result = target(*args, **kwargs)
+    except Exception as exc:
+        trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
+        return {"e": [type(exc).__name__, str(exc)[:4000], trace[-8000:]]}
+    try:
+        return {"v": encode(result, refs)}
+    except (RecursionError, ValueError) as exc:
+        return {"e": ["TypeError", f"the returned {_type_name(result)} cannot be sent: {exc}", ""]}
+
+
+# --------------------------------------------------------------------------- the judge
+
+
+class CandidateGone(BaseException):
+    """The candidate's process ended or broke the protocol: no later test can run (not catchable by tests)."""
+
+
+class Channel:
+    """The judge's end of the two pipes to the candidate's process."""
+
+    def __init__(self, pid: int, requests: int, answers: int) -> None:
+        self.pid = pid
+        self.requests = requests
+        self.lines = Lines(answers)
+        self.status: int | None = None
+        self.broken = ""
+
+    def receive(self) -> dict[str, Any]:
+        if self.broken:
+            raise CandidateGone(self.broken)
+        try:
+            line = self.lines.read()
+            if line is None:
+                raise CandidateGone(self._ended())
+            message = json.loads(line)
+            if type(message) is not dict:
+                raise ProtocolError("an answer that is not an object")
+            return message
+        except (ProtocolError, ValueError, RecursionError) as exc:
+            raise self._break(exc) from None
+
+    def call(self, target: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        request = {"f": target, "a": encode(list(args), None), "k": [[k, encode(v, None)] for k, v in kwargs.items()]}
+        if self.broken:
+            raise CandidateGone(self.broken)
+        try:
+            _send(self.requests, request)
+        except OSError:
+            raise CandidateGone(self._ended()) from None
+        answer = self.receive()
+        if len(answer) == 1 and "v" in answer:
+            try:
+                return decode(answer["v"])
+            except TypeError as exc:  # a handle inside a set or a dict key: not plain data
+                raise TypeError(str(exc)) from None
+            except (ProtocolError, ValueError, RecursionError) as exc:
+                raise self._break(exc) from None
+        error = answer.get("e")
+        if len(answer) == 1 and type(error) is list and len(error) == 3 and all(type(e) is str for e in error):
+            raise _exception(*error)
+        raise self._break(ProtocolError("neither a value nor an exception"))
+
+    def _break(self, exc: BaseException) -> CandidateGone:
+        self.broken = f"the candidate's process sent an unreadable answer ({str(exc)[:200]})"
+        self.kill()
+        return CandidateGone(self.broken)
+
+    def kill(self) -> None:
+        try:
+            os.kill(self.pid, 9)
+        except OSError:
+            pass
+
+    def wait(self) -> int:
+        """The candidate's wait status (it is killed first when still running)."""
+        if self.status is None:
+            self.kill()
+            self.status = _wait(self.pid)
+        return self.status
+
+    def _ended(self) -> str:
+        self.status = _wait(self.pid)
+        if os.WIFSIGNALED(self.status):
+            self.broken = f"the candidate's process was killed by signal {os.WTERMSIG(self.status)}"
+        else:
+            self.broken = f"the candidate's process exited with code {os.WEXITSTATUS(self.status)}"
+        return self.broken
+
+
+def _wait(pid: int) -> int:
+    while True:
+        try:
+            return os.waitpid(pid, 0)[1]
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            return 0
+
+
+class CandidateRaised(Exception):
+    """An exception the candidate's function raised whose type is not a built-in one."""
+
+
+def _exception(name: str, message: str, trace: str) -> BaseException:
+    kind = getattr(builtins, name, None)
+    exc: BaseException
+    if isinstance(kind, type) and issubclass(kind, Exception) and kind.__module__ == "builtins":
+        try:
+            exc = kind(message)
+        except Exception:
+            exc = CandidateRaised(f"{name}: {message}")
+    else:
+        exc = CandidateRaised(f"{name}: {message}")
+    exc._veriloop = True  # type: ignore[attr-defined]
+    exc._veriloop_trace = trace  # type: ignore[attr-defined]
+    return exc
+
+
+class Proxy:
+    """Stands for one of the solution's functions in the judge: calls run in the candidate's process."""
+
+    __slots__ = ("name", "ref")
+
+    def __init__(self, ref: int, name: str) -> None:
+        self.ref = ref
+        self.name = name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return _channel.call(self.ref, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"<the candidate's {self.name}>"
+
+
+_channel: Channel
 
 
 class Results:
-    """The results file, opened once and appended to line by line."""
+    """The verdict pipe (fd 4): one JSON line per record, written as soon as it is known."""
 
-    def __init__(self) -> None:
-        self.fd = os.open(RESULTS, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
 
     def add(self, record: dict[str, Any]) -> None:
-        data = (json.dumps(record) + "\n").encode()
-        try:
-            os.write(self.fd, data)
-        except OSError:  # the solution closed or replaced the descriptor: reopen and go on
-            self.fd = os.open(RESULTS, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-            os.write(self.fd, data)
+        _send(self.fd, record)
+
+
+def _prctl(option: int, value: int) -> None:
+    import ctypes
+
+    if ctypes.CDLL(None, use_errno=True).prctl(option, ctypes.c_ulong(value), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl")
+
+
+def _status(word: str) -> None:
+    try:
+        os.write(3, f"{word}\n".encode())
+    except OSError:
+        pass
+
+
+def _trusted_path(work: str) -> None:
+    """Nothing the candidate can write may be imported by the judge: drop the work dir, /tmp and ''."""
+    work = os.path.realpath(work)
+
+    def writable(path: str) -> bool:
+        real = os.path.realpath(path or ".")
+        return any(real == root or real.startswith(root + os.sep) for root in (work, "/tmp", "/dev/shm"))
+
+    sys.path[:] = [path for path in sys.path if path and not writable(path)]
+    sys.path_importer_cache.clear()
+
+
+def _site_path() -> None:
+    """Installed packages on sys.path as in the runner's own Python steps (a fresh judge starts without `site`)."""
+    try:
+        import runner
+
+        sys.path.extend(path for path in runner._site_dirs() if path not in sys.path)
+    except ImportError:
+        pass
 
 
 def main(argv: list[str]) -> int:
-    entry_point = argv[1] if len(argv) > 1 and argv[1] else None
-    with open(SOLUTION) as handle:
-        solution = handle.read()
-    with open(TESTS) as handle:
-        tests = handle.read()
+    """The judge: argv is [script, mode ("asserts" or "program"), entry point or ""]."""
+    global _channel
+    mode = argv[1] if len(argv) > 1 else "asserts"
+    entry_point = argv[2] if len(argv) > 2 and argv[2] else None
+    _prctl(PR_SET_DUMPABLE, 0)
+    _site_path()
+    requests_r, requests_w = os.pipe()
+    answers_r, answers_w = os.pipe()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    pid = os.fork()
+    if pid == 0:
+        candidate(requests_r, answers_w)
+    import signal
+
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a write to a dead candidate is an error, not the judge's death
+    os.close(requests_r)
+    os.close(answers_w)
+    work = os.getcwd()
+    os.chdir("/")
+    _trusted_path(work)
+    _channel = Channel(pid, requests_w, answers_r)
+    with open(0, "rb", closefd=False) as stdin:
+        tests = stdin.read().decode("utf-8", "surrogateescape")
+    results = Results(RESULTS_FD)
     try:
-        compiled = compile(solution, SOLUTION, "exec")
-    except SyntaxError:
-        traceback.print_exc(limit=0)
+        ready = _channel.receive()
+    except CandidateGone:
+        return _candidate_failed()
+    if ready.get("syntax_error") is True:
         _status("syntax_error")
+        _channel.wait()
         return 1
-    namespace: dict[str, Any] = {"__name__": "__solution__", "__builtins__": __builtins__}
-    results = Results()
-    exec(compiled, namespace)  # an exception here is the program's runtime error
+    exported = ready.get("ready")
+    if type(exported) is not dict:
+        _channel.kill()
+        sys.stderr.write("the candidate's process did not report its names\n")
+        return 1
+    namespace: dict[str, Any] = {"__builtins__": builtins}
+    for name, info in exported.items():
+        value = _export(name, info, entry_point)
+        if value is not _SKIP:
+            namespace[name] = value
+    try:
+        if mode == "program":
+            return _run_program(tests, namespace, results)
+        return _run_asserts(tests, entry_point, namespace, results)
+    except CandidateGone as gone:
+        sys.stderr.write(f"{gone}\n")
+        return _candidate_failed()
+
+
+_SKIP = object()
+
+
+def _export(name: str, info: Any, entry_point: str | None) -> Any:
+    """What the judge binds for one of the solution's names (never a builtin's name, unless it is the entry point)."""
+    if type(name) is not str or not name.isidentifier() or name.startswith("__") or type(info) is not dict:
+        return _SKIP
+    if hasattr(builtins, name) and name != entry_point:
+        return _SKIP
+    if "f" in info and type(info["f"]) is int:
+        return Proxy(info["f"], name)
+    if "m" in info and type(info["m"]) is str:
+        module = info["m"]
+        if module.split(".")[0] in getattr(sys, "stdlib_module_names", ()):
+            import importlib
+
+            try:
+                return importlib.import_module(module)
+            except ImportError:
+                return _SKIP
+        return _SKIP
+    if "v" in info:
+        try:
+            return decode(info["v"])
+        except (ProtocolError, ValueError, TypeError, RecursionError):
+            return _SKIP
+    return _SKIP
+
+
+def _candidate_failed() -> int:
+    """The candidate's process ended before the tests did: its exit status becomes the judge's (0 is `failed`)."""
+    status = _channel.wait()
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        sys.stderr.write("the program exited before its tests finished\n")
+        return 0
+    return 1
+
+
+def _run_asserts(tests: str, entry_point: str | None, namespace: dict[str, Any], results: Results) -> int:
+    namespace["__name__"] = "__tests__"
     setup, body, parameter, entry = plan(tests, entry_point)
     lines = tests.splitlines()
     for node in setup:
         exec(compile(ast.Module([node], []), TESTS, "exec"), namespace)
     if parameter is not None and entry is not None:
-        if entry not in namespace:
+        if entry not in namespace or not isinstance(namespace[entry], Proxy | Remote):
             raise NameError(f"the solution does not define {entry!r}")
         namespace[parameter] = namespace[entry]
     outcomes: list[dict[str, Any]] = []
@@ -120,11 +618,17 @@ def main(argv: list[str]) -> int:
         try:
             exec(code, namespace)
             outcomes.append({"name": name, "passed": True, "message": ""})
+        except CandidateGone as gone:
+            outcomes.append({"name": name, "passed": False, "message": f"{source}\n{gone}"})
+            results.add(outcomes[-1])
+            raise
         except AssertionError as exc:
             detail = f": {exc}" if str(exc) else ""
             outcomes.append({"name": name, "passed": False, "message": f"AssertionError{detail} in {source}"})
         except Exception as exc:  # a crashing test is a failed test, with its traceback
-            trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
+            trace = getattr(exc, "_veriloop_trace", "") or "".join(
+                traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:]
+            )
             outcomes.append({"name": name, "passed": False, "message": f"{source}\n{trace}"})
         results.add(outcomes[-1])
     results.add({"complete": True})
@@ -134,5 +638,18 @@ def main(argv: list[str]) -> int:
     return 1 if failed else 0
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+def _run_program(program: str, namespace: dict[str, Any], results: Results) -> int:
+    """A whole test program (TransCoder's Python scripts) as __main__; what it prints is the judge's to report."""
+    import io
+
+    namespace["__name__"] = "__main__"
+    captured = io.StringIO()
+    real = sys.stdout
+    sys.stdout = captured
+    try:
+        exec(compile(program, TESTS, "exec"), namespace)
+    finally:
+        sys.stdout = real
+        results.add({"stdout": captured.getvalue()[-(1 << 20) :]})
+    results.add({"complete": True})
+    return 0

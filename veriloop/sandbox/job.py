@@ -64,6 +64,8 @@ class Step(Spec):
     timeout_s: float | None = Field(None, gt=0, description="Overrides the job's wall (or compile) limit.")
     python: bool = Field(False, description="argv is [python, script, *args]: run it in the warm interpreter.")
     stop_on_failure: bool = False
+    judge: bool = Field(False, description="The Python test judge (harness_py): its verdicts come back on fd 4.")
+    stdin_from: str | None = Field(None, description="stdin is the stdout of the earlier step of this name.")
 
 
 class StdioCase(Spec):
@@ -82,6 +84,13 @@ class Checks(Spec):
     cases: list[StdioCase] = Field(default_factory=list, description="stdio: one run step per case, same order.")
 
 
+class Phase(Spec):
+    """The trusted side of a split test program: run after the job's steps, in a fresh work dir, with these files."""
+
+    files: dict[str, str] = Field(default_factory=dict)
+    steps: list[Step] = Field(min_length=1)
+
+
 class Job(Spec):
     """A unit of sandboxed work: a fresh work dir holding `files`, then `steps` in order."""
 
@@ -93,6 +102,7 @@ class Job(Spec):
     language: str = ""
     results_file: str | None = Field(None, description="File the test harness writes, read back after the run.")
     checks: Checks | None = None
+    trusted: Phase | None = Field(None, description="Steps the candidate cannot reach (split test programs).")
 
     @field_validator("files")
     @classmethod
@@ -117,7 +127,8 @@ class Job(Spec):
         return self.limits.compile_s if step.kind == "compile" else self.limits.wall_s
 
     def total_time_s(self) -> float:
-        return sum(self.timeout_of(step) for step in self.steps)
+        steps = [*self.steps, *(self.trusted.steps if self.trusted is not None else [])]
+        return sum(self.timeout_of(step) for step in steps)
 
 
 def simple_job(command: list[str], files: dict[str, str] | None = None, stdin: str | None = None, **kw: object) -> Job:

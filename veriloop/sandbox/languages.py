@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from veriloop.errors import ConfigError
-from veriloop.sandbox import harness_py
+from veriloop.sandbox import harness_py, split
 from veriloop.sandbox.base import Toolchain
-from veriloop.sandbox.job import Checks, Job, Limits, StdioCase, Step
+from veriloop.sandbox.job import Checks, Job, Limits, Phase, StdioCase, Step
 
 Argv = Callable[[Toolchain, str, Limits], list[str]]
 
@@ -183,14 +183,21 @@ def python_tests_job(
         expected = harness_py.count_tests(tests, entry_point)
     except SyntaxError as exc:
         raise ConfigError(f"the tests do not parse: {exc}") from None
-    # The harness module sits beside the runner (preloaded by warm zygotes); main.py only calls it.
-    harness = "import sys\nimport harness_py\n\nsys.exit(harness_py.main(sys.argv))\n"
-    step = Step(name="tests", argv=[_tool(toolchain, "python"), "main.py", entry_point or ""], python=True)
     return Job(
-        files={"main.py": harness, harness_py.SOLUTION: code, harness_py.TESTS: tests},
-        steps=[step], limits=limits, language="python", results_file=harness_py.RESULTS,
+        files={"main.py": JUDGE_MAIN, harness_py.SOLUTION: code},
+        steps=[_judge_step(toolchain, "asserts", tests, entry_point)], limits=limits, language="python",
         checks=Checks(kind="python_asserts", expected_tests=expected),
     )  # fmt: skip
+
+
+# The judge module sits beside the runner (preloaded by warm zygotes); main.py only calls it. The tests travel on the
+# judge's stdin, never in a file: the candidate's process shares the work dir.
+JUDGE_MAIN = "import sys\nimport harness_py\n\nsys.exit(harness_py.main(sys.argv))\n"
+
+
+def _judge_step(toolchain: Toolchain, mode: str, tests: str, entry_point: str | None) -> Step:
+    argv = [_tool(toolchain, "python"), "main.py", mode, entry_point or ""]
+    return Step(name="tests", argv=argv, python=True, judge=True, stdin=tests)
 
 
 JAVAFX_PAIR = """package javafx.util;
@@ -240,9 +247,21 @@ PLACEHOLDERS = ("//TOFILL", "#TOFILL", "// TOFILL", "# TOFILL", "{{candidate}}")
 def harness_job(name: str, toolchain: Toolchain, code: str, harness: str, *, limits: Limits | None = None) -> Job:
     """(c) A test program for the language with the candidate pasted in at its placeholder line.
 
-    The program reports `VERILOOP-TEST <name> PASS|FAIL [message]` lines, or TransCoder's `#Results: X, Y`.
+    The program reports `VERILOOP-TEST <name> PASS|FAIL [message]` lines, or TransCoder's `#Results: X, Y`. Where
+    the candidate could print those itself, it is not trusted with them: a Python test program runs in the judge
+    with the candidate's functions behind proxies (harness_py), a C++ or Java one with a reference `f_gold` is split
+    into a candidate side that only records values and a trusted side that compares them (split.py). Other languages
+    still run as one program (see docs/sandbox.md).
     """
     lang, limits = language(name), limits or Limits()
+    if lang.name == "python":
+        _require(lang, toolchain)
+        return Job(
+            files={"main.py": JUDGE_MAIN, harness_py.SOLUTION: code}, steps=[_judge_step(toolchain, "program", harness,
+            None)], limits=limits, language=lang.name, checks=Checks(kind="harness"),
+        )  # fmt: skip
+    if lang.name in split.SUPPORTED:
+        return _split_job(lang, toolchain, code, harness, limits)
     program = None
     for marker in PLACEHOLDERS:
         if marker in harness:
@@ -257,4 +276,19 @@ def harness_job(name: str, toolchain: Toolchain, code: str, harness: str, *, lim
     return Job(
         files={source: program, **stand_ins(lang, program)}, steps=steps, env=env, limits=limits, language=lang.name,
         checks=Checks(kind="harness"),
+    )  # fmt: skip
+
+
+def _split_job(lang: Language, toolchain: Toolchain, code: str, harness: str, limits: Limits) -> Job:
+    """The candidate side builds and records its values; then, in a fresh work dir, the trusted side compares them."""
+    candidate, trusted = split.split(lang.name, code, harness)
+    source, steps, env = _base(lang, toolchain, candidate, limits)
+    run = lang.run(toolchain, source, limits)
+    steps.append(Step(name="candidate", argv=run, stop_on_failure=True))
+    trusted_source, trusted_steps, _ = _base(lang, toolchain, trusted, limits)
+    trusted_steps.append(Step(name="harness", argv=lang.run(toolchain, trusted_source, limits), stdin_from="candidate"))
+    return Job(
+        files={source: candidate, **stand_ins(lang, candidate)}, steps=steps, env=env, limits=limits,
+        language=lang.name, checks=Checks(kind="harness"),
+        trusted=Phase(files={trusted_source: trusted, **stand_ins(lang, trusted)}, steps=trusted_steps),
     )  # fmt: skip

@@ -395,13 +395,17 @@ def _set_limits(limits: dict[str, Any]) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (int(address_space), int(address_space)))
 
 
-def _child(spec: dict[str, Any], step: dict[str, Any], fds: tuple[int, int, int, int]) -> None:
-    """In the forked child: become the job (fds, privileges, limits, cwd, env), then exec or run Python."""
+def _child(spec: dict[str, Any], step: dict[str, Any], fds: tuple[int, ...]) -> None:
+    """In the forked child: become the job (fds, privileges, limits, cwd, env), then exec or run Python.
+
+    A judged step (see harness_py) gets a fifth descriptor, fd 4: its verdict pipe. In `once` mode it starts a fresh
+    interpreter rather than running in this fork of the runner, whose memory holds the whole job, tests included.
+    """
     try:
         os.setsid()
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
-        os.closerange(4, 65536)
+        os.closerange(len(fds), 65536)
         if not _inherited:
             _default_signals()
         write_quiet("/proc/self/oom_score_adj", "0")
@@ -409,9 +413,12 @@ def _child(spec: dict[str, Any], step: dict[str, Any], fds: tuple[int, int, int,
         _drop_privileges(spec)
         os.chdir(spec["work_dir"])
         env = {str(k): str(v) for k, v in spec.get("env", {}).items()}
-        if step.get("python"):
-            _run_python(step["argv"], env)
         argv = [str(arg) for arg in step["argv"]]
+        if step.get("python") and step.get("judge") and not _inherited:
+            env["PYTHONPATH"] = RUNNER_DIR
+            argv = [argv[0], "-S", "-B", *argv[1:]]
+        elif step.get("python"):
+            _run_python(step["argv"], env)
         os.execve(argv[0], argv, env)
     except BaseException as exc:  # must never return into the runner's code
         try:
@@ -598,7 +605,7 @@ class ForkLauncher:
         if pid == 0:
             for fd in parent:
                 os.close(fd)
-            _child(spec, step, (child[0], child[1], child[2], child[3]))
+            _child(spec, step, tuple(child))
         self.pid = pid
         self.fd = os.pidfd_open(pid)
         return pid
@@ -636,7 +643,9 @@ class ZygoteLauncher:
         keys = ("limits", "uid", "gid", "work_dir", "env")
         memfd = os.memfd_create("step", os.MFD_CLOEXEC)
         try:  # marshal: the step reads it with less of the interpreter than json needs (fewer pages to copy)
-            data = marshal.dumps({"spec": {key: spec.get(key) for key in keys}, "step": step})
+            # Not the step's stdin: a judged step's stdin is its tests, which the candidate it forks must never see.
+            shown = {key: value for key, value in step.items() if key != "stdin"}
+            data = marshal.dumps({"spec": {key: spec.get(key) for key in keys}, "step": shown})
             view = memoryview(data)
             while view:
                 view = view[os.write(memfd, view) :]
@@ -686,21 +695,30 @@ def run_step(spec: dict[str, Any], step: dict[str, Any], launcher: Launcher) -> 
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     st_r, st_w = os.pipe()
+    judged = bool(step.get("judge"))
+    res_r, res_w = os.pipe() if judged else (-1, -1)
+    child, parent = (in_r, out_w, err_w, st_w), (in_w, out_r, err_r, st_r)
+    if judged:
+        child, parent = (*child, res_w), (*parent, res_r)
     started = time.monotonic()
     try:
-        pid = launcher.start(spec, step, (in_r, out_w, err_w, st_w), (in_w, out_r, err_r, st_r))
+        pid = launcher.start(spec, step, child, parent)
     except BaseException:
-        for fd in (in_r, in_w, out_r, out_w, err_r, err_w, st_r, st_w):
+        for fd in (*child, *parent):
             os.close(fd)
         raise
-    for fd in (in_r, out_w, err_w, st_w):
+    for fd in child:
         os.close(fd)
     outputs: dict[int, bytearray] = {out_r: bytearray(), err_r: bytearray(), st_r: bytearray()}
+    results_cap = int(spec.get("results_max_bytes", 1 << 20))
+    if judged:
+        outputs[res_r] = bytearray()
     total = 0
     truncated = timed_out = over_output = False
     status_info: tuple[int, float | None, int | None] | None = None
     sel = selectors.PollSelector()  # a handful of fds: poll(2) is cheaper than making an epoll fd per step
-    for fd in (out_r, err_r, st_r):
+    reads = (out_r, err_r, st_r, res_r) if judged else (out_r, err_r, st_r)
+    for fd in reads:
         sel.register(fd, selectors.EVENT_READ)
     sel.register(launcher.fd, selectors.EVENT_READ)
     pending = memoryview(stdin_bytes)
@@ -711,7 +729,7 @@ def run_step(spec: dict[str, Any], step: dict[str, Any], launcher: Launcher) -> 
         os.close(in_w)
     deadline = started + timeout
     killed_at: float | None = None
-    open_reads = {out_r, err_r, st_r}
+    open_reads = set(reads)
 
     def stop() -> None:
         kill_job(spec["kill"], spec.get("uid"), pid)
@@ -758,6 +776,9 @@ def run_step(spec: dict[str, Any], step: dict[str, Any], launcher: Launcher) -> 
             if fd == st_r:
                 outputs[fd] += chunk[: max(0, 4096 - len(outputs[fd]))]
                 continue
+            if fd == res_r:
+                outputs[fd] += chunk[: max(0, results_cap - len(outputs[fd]))]
+                continue
             room = cap - total
             if len(chunk) > room:
                 outputs[fd] += chunk[: max(room, 0)]
@@ -776,7 +797,7 @@ def run_step(spec: dict[str, Any], step: dict[str, Any], launcher: Launcher) -> 
         status_info = launcher.wait()
     sel.close()
     launcher.release()
-    for fd in (out_r, err_r, st_r):
+    for fd in reads:
         os.close(fd)
     if pending:
         try:
@@ -799,6 +820,7 @@ def run_step(spec: dict[str, Any], step: dict[str, Any], launcher: Launcher) -> 
         "cpu_s": round(cpu_s, 6) if cpu_s is not None else None,
         "max_rss_kb": max_rss_kb,
         "flags": flags,
+        "results": outputs[res_r].decode(errors="replace") if judged else None,
     }
 
 
@@ -871,19 +893,57 @@ def run_job(spec: dict[str, Any], launcher: Launcher | None = None) -> dict[str,
     except OSError as exc:
         return {"steps": [], "results": None, "error": f"runner could not prepare the job: {exc}"}
     steps: list[dict[str, Any]] = []
-    for step in spec["steps"]:
-        outcome = run_step(spec, step, launcher)
-        steps.append(outcome)
-        ended_badly = outcome["timed_out"] or outcome["output_limit"] or "start_error" in outcome["flags"]
-        failed = outcome["exit_code"] != 0
-        if ended_badly or (failed and step.get("kind") == "compile") or (failed and step.get("stop_on_failure")):
-            break
-    results = _read_results(spec)
+    finished = _run_steps(spec, spec["steps"], launcher, steps)
+    results = next((s["results"] for s in steps if s.get("results") is not None), None)
+    if results is None:
+        results = _read_results(spec)
+    trusted = spec.get("trusted")
+    if trusted and finished:
+        # The trusted phase (the reference side of a test program) runs where the candidate has left nothing: its
+        # processes are killed, its work dir and /tmp replaced by fresh ones holding only the trusted files.
+        kill_job(spec["kill"], spec.get("uid"))
+        try:
+            _reset(spec, trusted.get("files") or {})
+        except OSError as exc:
+            return {"steps": steps, "results": results, "error": f"runner could not prepare the trusted phase: {exc}"}
+        first = len(steps)
+        _run_steps(spec, trusted["steps"], launcher, steps)
+        for outcome in steps[first:]:
+            outcome["trusted"] = True
     leftovers = kill_job(spec["kill"], spec.get("uid"))
     wipe(spec.get("cleanup", []))
     if spec.get("cleanup_ipc"):
         remove_ipc()
     return {"steps": steps, "results": results, "error": None, "leftovers": leftovers}
+
+
+def _run_steps(spec: dict[str, Any], todo: list[dict[str, Any]], launcher: Launcher, steps: list[dict[str, Any]]) -> bool:
+    """Run steps in order into `steps`; True when every one ran to a zero exit within its limits.
+
+    A step with `stdin_from` reads the stdout of the earlier step of that name (the candidate's recorded values).
+    """
+    for step in todo:
+        source = step.get("stdin_from")
+        if source:
+            earlier = next((s for s in reversed(steps) if s["name"] == source), None)
+            step = dict(step, stdin=earlier["stdout"] if earlier is not None else "")
+        outcome = run_step(spec, step, launcher)
+        steps.append(outcome)
+        ended_badly = outcome["timed_out"] or outcome["output_limit"] or "start_error" in outcome["flags"]
+        failed = outcome["exit_code"] != 0
+        if ended_badly or (failed and step.get("kind") == "compile") or (failed and step.get("stop_on_failure")):
+            return False
+    return all(s["exit_code"] == 0 for s in steps)
+
+
+def _reset(spec: dict[str, Any], files: dict[str, str]) -> None:
+    """A fresh work dir and /tmp holding only `files` (private tmpfs mounts again where the runner mounts them)."""
+    if spec.get("mount"):
+        for path in (spec["work_dir"], "/tmp"):
+            unmount_all(path)
+    else:
+        wipe([spec["work_dir"], *spec.get("cleanup", [])])
+    _prepare({**spec, "files": files})
 
 
 def wipe(paths: list[str]) -> None:
@@ -991,7 +1051,7 @@ def zygote(ctrl: socket.socket) -> None:
             words = message.split()
             if words == [b"N"]:  # a new job: its steps get a fresh System V IPC namespace
                 _check(libc().unshare(CLONE_NEWIPC), "unshare(CLONE_NEWIPC)")
-            elif len(words) == 2 and words[0] == b"F" and len(fds) == 5:
+            elif len(words) == 2 and words[0] == b"F" and len(fds) in (5, 6):
                 pid = os.fork()
                 if pid == 0:
                     _step_process(fds)
@@ -1017,7 +1077,7 @@ def _step_process(fds: list[int]) -> None:
         except OSError:
             pass
         os._exit(127)
-    _child(message["spec"], message["step"], (fds[1], fds[2], fds[3], fds[4]))
+    _child(message["spec"], message["step"], tuple(fds[1:]))
 
 
 def supervise(ctrl: socket.socket) -> None:
