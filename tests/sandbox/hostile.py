@@ -19,12 +19,14 @@ class Attack:
     code: str
     twin_armed: bool = True  # the honest twin runs the attack too (it must still pass)
     slow: bool = False  # waits for a time limit
+    twin: str | None = None  # the honest twin's own template, where the attack cannot be switched off in place
 
     def hostile(self, wrong: str, true: str = "True") -> str:
         return Template(self.code).substitute(answer=wrong, armed=true)
 
     def honest(self, right: str, true: str = "True", false: str = "False") -> str:
-        return Template(self.code).substitute(answer=right, armed=true if self.twin_armed else false)
+        code = self.twin if self.twin is not None else self.code
+        return Template(code).substitute(answer=right, armed=true if self.twin_armed else false)
 
 
 def assert_not_passed(result: ExecResult) -> None:

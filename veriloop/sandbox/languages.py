@@ -260,7 +260,7 @@ def harness_job(name: str, toolchain: Toolchain, code: str, harness: str, *, lim
             files={"main.py": JUDGE_MAIN, harness_py.SOLUTION: code}, steps=[_judge_step(toolchain, "program", harness,
             None)], limits=limits, language=lang.name, checks=Checks(kind="harness"),
         )  # fmt: skip
-    if lang.name in split.SUPPORTED:
+    if split.splittable(lang.name, harness):
         return _split_job(lang, toolchain, code, harness, limits)
     program = None
     for marker in PLACEHOLDERS:

@@ -262,6 +262,18 @@ CPP_MODIFIERS = {"static", "inline", "constexpr"}
 SUPPORTED = ("cpp", "java")
 
 
+def splittable(language: str, harness: str) -> bool:
+    """Whether `split` handles this test program: C++ or Java with a reference `f_gold` that returns a value."""
+    if language not in SUPPORTED:
+        return False
+    try:
+        before, gold, _ = _parts(harness)
+        kind = _return_type(gold, CPP_MODIFIERS if language == "cpp" else JAVA_MODIFIERS)
+    except ConfigError:
+        return False
+    return kind != "void" and (language == "cpp" or kind in JAVA_TAKE)
+
+
 def calls(text: str, name: str) -> list[tuple[int, int, str]]:
     """(start, end, arguments) of each call `name(...)` in C-like source, skipping comments and literals."""
     found: list[tuple[int, int, str]] = []
