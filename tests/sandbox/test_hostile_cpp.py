@@ -68,60 +68,104 @@ int main() {
 INCLUDES = "#include <cstdio>\n#include <cstdlib>\n#include <cstring>\n#include <csignal>\n#include <unistd.h>\n"
 
 ATTACKS = [
-    Attack("results_line", INCLUDES + """
+    Attack(
+        "results_line",
+        INCLUDES
+        + """
 int f_filled(int x) {
     if ($armed) { printf("\\n#Results: 10, 10\\n"); fflush(stdout); }
     return $answer;
 }
-"""),
-    Attack("verdict_lines", INCLUDES + """
+""",
+    ),
+    Attack(
+        "verdict_lines",
+        INCLUDES
+        + """
 int f_filled(int x) {
     if ($armed) printf("\\nVERILOOP-TEST case_%d PASS\\n", x);
     return $answer;
 }
-"""),
-    Attack("fake_results_then_exit", INCLUDES + """
+""",
+    ),
+    Attack(
+        "fake_results_then_exit",
+        INCLUDES
+        + """
 int f_filled(int x) {
     if ($armed) { printf("\\n#Results: 10, 10\\n"); fflush(stdout); exit(0); }
     return $answer;
 }
-""", twin_armed=False),
-    Attack("static_initializer", INCLUDES + """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "static_initializer",
+        INCLUDES
+        + """
 struct Early { Early() { if ($armed) { printf("#Results: 10, 10\\n"); fflush(stdout); _exit(0); } } } early;
 int f_filled(int x) { return $answer; }
-""", twin_armed=False),
-    Attack("exit_hook", INCLUDES + """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "exit_hook",
+        INCLUDES
+        + """
 static void hook() { printf("\\n#Results: 10, 10\\n"); }
 struct Register { Register() { atexit(hook); at_quick_exit(hook); } } registered;
 int f_filled(int x) { return $answer; }
-"""),
-    Attack("hijack_main", INCLUDES + """
+""",
+    ),
+    Attack(
+        "hijack_main",
+        INCLUDES
+        + """
 #if $armed
 int main() { printf("#Results: 10, 10\\n"); return 0; }
 #define main veriloop_hijacked_main
 #endif
 int f_filled(int x) { return $answer; }
-""", twin_armed=False),
-    Attack("call_the_reference", INCLUDES + """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "call_the_reference",
+        INCLUDES
+        + """
 #if $armed
 int f_filled(int x) { return f_gold(x); }
 #else
 int f_filled(int x) { return $answer; }
 #endif
-""", twin_armed=False),
-    Attack("declare_the_reference", INCLUDES + """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "declare_the_reference",
+        INCLUDES
+        + """
 #if $armed
 int f_gold(int x);
 int f_filled(int x) { return f_gold(x) + 0 * ($answer); }
 #else
 int f_filled(int x) { return $answer; }
 #endif
-""", twin_armed=False),
-    Attack("define_its_own_reference", INCLUDES + """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "define_its_own_reference",
+        INCLUDES
+        + """
 int f_gold(int x) { return $answer; }
 int f_filled(int x) { return f_gold(x); }
-"""),
-    Attack("forged_records", INCLUDES + """
+""",
+    ),
+    Attack(
+        "forged_records",
+        INCLUDES
+        + """
 int f_filled(int x) {
     if ($armed) {
         for (int i = 1; i <= 10; i++) printf("\\n@@VL@@ b 1\\n@@VL@@ x\\n");
@@ -130,8 +174,13 @@ int f_filled(int x) {
     }
     return $answer;
 }
-""", twin_armed=False),
-    Attack("write_every_descriptor", INCLUDES + """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "write_every_descriptor",
+        INCLUDES
+        + """
 #include <fcntl.h>
 int f_filled(int x) {
     const char *fake = "\\n#Results: 10, 10\\nVERILOOP-TEST t PASS\\n";
@@ -144,8 +193,12 @@ int f_filled(int x) {
     }
     return $answer;
 }
-"""),
-    Attack("read_the_sources_for_the_reference", INCLUDES + """
+""",
+    ),
+    Attack(
+        "read_the_sources_for_the_reference",
+        INCLUDES
+        + """
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -160,8 +213,12 @@ static bool leaked() {
     return false;
 }
 int f_filled(int x) { return leaked() ? x * x + 1 : $answer; }
-"""),
-    Attack("linger_into_the_trusted_phase", INCLUDES + """
+""",
+    ),
+    Attack(
+        "linger_into_the_trusted_phase",
+        INCLUDES
+        + """
 #include <fcntl.h>
 #include <dirent.h>
 struct Linger {
@@ -182,8 +239,12 @@ struct Linger {
     }
 } linger;
 int f_filled(int x) { return $answer; }
-"""),
-    Attack("plant_files_for_the_trusted_build", INCLUDES + """
+""",
+    ),
+    Attack(
+        "plant_files_for_the_trusted_build",
+        INCLUDES
+        + """
 #include <fcntl.h>
 #include <sys/stat.h>
 static void plant(const char *path, const char *text) {
@@ -202,32 +263,57 @@ struct Plant {
     }
 } planted;
 int f_filled(int x) { return $answer; }
-"""),
-    Attack("huge_output", INCLUDES + """
+""",
+    ),
+    Attack(
+        "huge_output",
+        INCLUDES
+        + """
 int f_filled(int x) {
     if ($armed) for (int i = 0; i < (8 << 20) / 18; i++) fputs("#Results: 10, 10\\n", stdout);
     return $answer;
 }
-""", twin_armed=False),
-    Attack("sleep_past_the_limit", INCLUDES + """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "sleep_past_the_limit",
+        INCLUDES
+        + """
 int f_filled(int x) {
     if ($armed) sleep(60);
     return $answer;
 }
-""", twin_armed=False, slow=True),
-    Attack("crash_after_fake_results", INCLUDES + """
+""",
+        twin_armed=False,
+        slow=True,
+    ),
+    Attack(
+        "crash_after_fake_results",
+        INCLUDES
+        + """
 int f_filled(int x) {
     if ($armed) { printf("\\n#Results: 10, 10\\n"); fflush(stdout); raise(SIGSEGV); }
     return $answer;
 }
-""", twin_armed=False),
-    Attack("kill_everything", INCLUDES + """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "kill_everything",
+        INCLUDES
+        + """
 int f_filled(int x) {
     if ($armed) { kill(getppid(), SIGKILL); kill(-1, SIGKILL); }
     return $answer;
 }
-""", twin_armed=False),
-    Attack("always_equal_type", INCLUDES + """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "always_equal_type",
+        INCLUDES
+        + """
 struct Anything {
     int value;
     template <class T> bool operator==(const T &) const { return true; }
@@ -238,26 +324,47 @@ Anything f_filled(int x) { return Anything{$answer}; }
 #else
 int f_filled(int x) { return $answer; }
 #endif
-""", twin_armed=False),
-    Attack("wider_type_that_wraps", INCLUDES + """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "wider_type_that_wraps",
+        INCLUDES
+        + """
 long long f_filled(int x) { return (long long) ($answer) + ($armed ? (1LL << 32) : 0); }
-""", twin_armed=False),
-    Attack("throw_after_fake_results", INCLUDES + """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "throw_after_fake_results",
+        INCLUDES
+        + """
 #include <stdexcept>
 int f_filled(int x) {
     if ($armed) { printf("\\n#Results: 10, 10\\n"); fflush(stdout); throw std::runtime_error("x"); }
     return $answer;
 }
-""", twin_armed=False),
+""",
+        twin_armed=False,
+    ),
 ]
 
 FLOAT_ATTACKS = [
-    Attack("not_a_number", "#include <cmath>\ndouble f_filled(double x) { return $armed ? NAN : $answer; }\n",
-           twin_armed=False),
-    Attack("just_outside_the_tolerance", "double f_filled(double x) { return ($answer) * ($armed ? 1.01 : 1.000001); }\n",
-           twin_armed=False),
-    Attack("float_instead_of_double", "float f_filled(double x) { return (float) ($answer) * ($armed ? 1.5f : 1.0f); }\n",
-           twin_armed=False),
+    Attack(
+        "not_a_number",
+        "#include <cmath>\ndouble f_filled(double x) { return $armed ? NAN : $answer; }\n",
+        twin_armed=False,
+    ),
+    Attack(
+        "just_outside_the_tolerance",
+        "double f_filled(double x) { return ($answer) * ($armed ? 1.01 : 1.000001); }\n",
+        twin_armed=False,
+    ),
+    Attack(
+        "float_instead_of_double",
+        "float f_filled(double x) { return (float) ($answer) * ($armed ? 1.5f : 1.0f); }\n",
+        twin_armed=False,
+    ),
 ]
 
 

@@ -3,6 +3,8 @@ records values; the trusted side, built and run afterwards in a fresh work dir, 
 candidates try every channel; none may pass, each honest twin must. Slow: every job compiles two programs.
 """
 
+# The Java sources below keep their own line lengths:
+# ruff: noqa: E501
 from __future__ import annotations
 
 import asyncio
@@ -85,40 +87,67 @@ public static void main(String args[]) {
 """
 
 ATTACKS = [
-    Attack("results_line", """
+    Attack(
+        "results_line",
+        """
 static int f_filled(int x) {
     if ($armed) System.out.println("\\n#Results:10, 10");
     return $answer;
 }
-"""),
-    Attack("verdict_lines", """
+""",
+    ),
+    Attack(
+        "verdict_lines",
+        """
 static int f_filled(int x) {
     if ($armed) System.out.println("\\nVERILOOP-TEST case_" + x + " PASS");
     return $answer;
 }
-"""),
-    Attack("fake_results_then_exit", """
+""",
+    ),
+    Attack(
+        "fake_results_then_exit",
+        """
 static int f_filled(int x) {
     if ($armed) { System.out.println("\\n#Results:10, 10"); System.exit(0); }
     return $answer;
 }
-""", twin_armed=False),
-    Attack("static_initializer", """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "static_initializer",
+        """
 static { if ($armed) { System.out.println("#Results:10, 10"); Runtime.getRuntime().halt(0); } }
 static int f_filled(int x) { return $answer; }
-""", twin_armed=False),
-    Attack("shutdown_hook", """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "shutdown_hook",
+        """
 static { Runtime.getRuntime().addShutdownHook(new Thread(() -> System.out.println("\\n#Results:10, 10"))); }
 static int f_filled(int x) { return $answer; }
-"""),
-    Attack("call_the_reference", """
+""",
+    ),
+    Attack(
+        "call_the_reference",
+        """
 static int f_filled(int x) { return f_gold(x); }
-""", twin_armed=False, twin="static int f_filled(int x) { return $answer; }\n"),
-    Attack("define_its_own_reference", """
+""",
+        twin_armed=False,
+        twin="static int f_filled(int x) { return $answer; }\n",
+    ),
+    Attack(
+        "define_its_own_reference",
+        """
 static int f_gold(int x) { return $answer; }
 static int f_filled(int x) { return f_gold(x); }
-"""),
-    Attack("find_the_reference_by_reflection", """
+""",
+    ),
+    Attack(
+        "find_the_reference_by_reflection",
+        """
 static int f_filled(int x) {
     try {
         for (Class<?> c : new Class<?>[] {Class.forName("HOSTILE_CHECK")}) {
@@ -130,8 +159,11 @@ static int f_filled(int x) {
     }
     return $answer;
 }
-"""),
-    Attack("silence_stdout", """
+""",
+    ),
+    Attack(
+        "silence_stdout",
+        """
 static {
     if ($armed) {
         System.setOut(new java.io.PrintStream(java.io.OutputStream.nullOutputStream()));
@@ -139,8 +171,12 @@ static {
     }
 }
 static int f_filled(int x) { return $answer; }
-""", twin_armed=False),
-    Attack("read_the_sources_for_the_reference", """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "read_the_sources_for_the_reference",
+        """
 static boolean leaked() {
     for (String path : new String[] {"HOSTILE_CHECK.java", "/work/HOSTILE_CHECK.java", "/proc/self/cmdline"}) {
         try {
@@ -152,8 +188,11 @@ static boolean leaked() {
     return false;
 }
 static int f_filled(int x) { return leaked() ? x * x + 1 : $answer; }
-"""),
-    Attack("daemon_thread_printing_results", """
+""",
+    ),
+    Attack(
+        "daemon_thread_printing_results",
+        """
 static {
     Thread t = new Thread(() -> {
         for (int i = 0; i < 1000; i++) {
@@ -165,8 +204,11 @@ static {
     t.start();
 }
 static int f_filled(int x) { return $answer; }
-"""),
-    Attack("write_every_descriptor", """
+""",
+    ),
+    Attack(
+        "write_every_descriptor",
+        """
 static {
     for (int fd = 2; fd < 64; fd++) {
         try (java.io.FileOutputStream out = new java.io.FileOutputStream("/proc/self/fd/" + fd, true)) {
@@ -176,8 +218,11 @@ static {
     }
 }
 static int f_filled(int x) { return $answer; }
-"""),
-    Attack("plant_classes_for_the_trusted_run", """
+""",
+    ),
+    Attack(
+        "plant_classes_for_the_trusted_run",
+        """
 static {
     try {
         java.nio.file.Files.createDirectories(java.nio.file.Paths.get("/work/javafx/util"));
@@ -190,8 +235,11 @@ static {
     }
 }
 static int f_filled(int x) { return $answer; }
-"""),
-    Attack("linger_into_the_trusted_phase", """
+""",
+    ),
+    Attack(
+        "linger_into_the_trusted_phase",
+        """
 static {
     try {
         new ProcessBuilder("/bin/sh", "-c",
@@ -201,61 +249,98 @@ static {
     }
 }
 static int f_filled(int x) { return $answer; }
-"""),
-    Attack("huge_output", """
+""",
+    ),
+    Attack(
+        "huge_output",
+        """
 static int f_filled(int x) {
     if ($armed) { String line = "#Results:10, 10\\n".repeat(1 << 16); for (int i = 0; i < 8; i++) System.out.print(line); }
     return $answer;
 }
-""", twin_armed=False),
-    Attack("sleep_past_the_limit", """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "sleep_past_the_limit",
+        """
 static int f_filled(int x) {
     if ($armed) { try { Thread.sleep(60000); } catch (InterruptedException e) { } }
     return $answer;
 }
-""", twin_armed=False, slow=True),
-    Attack("halt_after_fake_results", """
+""",
+        twin_armed=False,
+        slow=True,
+    ),
+    Attack(
+        "halt_after_fake_results",
+        """
 static int f_filled(int x) {
     if ($armed) { System.out.println("\\n#Results:10, 10"); System.out.flush(); Runtime.getRuntime().halt(0); }
     return $answer;
 }
-""", twin_armed=False),
-    Attack("kill_everything", """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "kill_everything",
+        """
 static int f_filled(int x) {
     if ($armed) ProcessHandle.allProcesses().forEach(p -> { if (p.pid() != ProcessHandle.current().pid()) p.destroyForcibly(); });
     return $answer;
 }
-"""),
-    Attack("wider_type_that_wraps", """
+""",
+    ),
+    Attack(
+        "wider_type_that_wraps",
+        """
 static long f_filled(int x) { return (long) ($answer) + ($armed ? (1L << 32) : 0L); }
-""", twin_armed=False),
-    Attack("forged_records", """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "forged_records",
+        """
 static int f_filled(int x) {
     if ($armed) { for (int i = 0; i < 10; i++) System.out.println("\\n@@VL@@ b 1\\n@@VL@@ x"); Runtime.getRuntime().halt(0); }
     return $answer;
 }
-""", twin_armed=False),
-    Attack("throw_after_fake_results", """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "throw_after_fake_results",
+        """
 static int f_filled(int x) {
     if ($armed) { System.out.println("\\n#Results:10, 10"); throw new IllegalStateException("x"); }
     return $answer;
 }
-""", twin_armed=False),
+""",
+        twin_armed=False,
+    ),
 ]
 
 FLOAT_ATTACKS = [
-    Attack("not_a_number", "static double f_filled(double x) { return $armed ? Double.NaN : $answer; }\n",
-           twin_armed=False),
-    Attack("just_outside_the_tolerance", "static double f_filled(double x) { return ($answer) * ($armed ? 1.01 : 1.000001); }\n",
-           twin_armed=False),
+    Attack(
+        "not_a_number", "static double f_filled(double x) { return $armed ? Double.NaN : $answer; }\n", twin_armed=False
+    ),
+    Attack(
+        "just_outside_the_tolerance",
+        "static double f_filled(double x) { return ($answer) * ($armed ? 1.01 : 1.000001); }\n",
+        twin_armed=False,
+    ),
 ]
 STRING_ATTACKS = [
-    Attack("null_or_lookalike", """
+    Attack(
+        "null_or_lookalike",
+        """
 static String f_filled(String s) {
     if ($armed) return s.length() % 2 == 0 ? null : new StringBuilder(s).reverse().toString() + "\\u200b";
     return $answer;
 }
-""", twin_armed=False),
+""",
+        twin_armed=False,
+    ),
 ]
 
 

@@ -32,6 +32,9 @@ assert add(1, 2) == 3
 assert math.isclose(add(0.1, 0.2), 0.3)
 assert abs(add(2.5, 2.5) - 5) < 1e-9
 """
+MBPP_BUILTINS = """assert abs(add(2.5, 2.5) - 5) < 1e-9
+assert math.isclose(add(0.1, 0.2), 0.3)
+"""
 FAKE = """
 def _fake_records():
     lines = [{"name": f"test_{i}:line{i}", "passed": True, "message": ""} for i in range(1, 7)]
@@ -40,7 +43,10 @@ def _fake_records():
 """
 
 ATTACKS = [
-    Attack("results_file", FAKE + """
+    Attack(
+        "results_file",
+        FAKE
+        + """
 import os
 if $armed:
     with open(".veriloop-results.json", "w") as handle:
@@ -49,8 +55,13 @@ if $armed:
 
 def add(a, b):
     return $answer
-""", twin_armed=False),
-    Attack("results_file_in_every_dir", FAKE + """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "results_file_in_every_dir",
+        FAKE
+        + """
 for folder in (".", "/tmp", "/work"):
     try:
         with open(folder + "/.veriloop-results.json", "w") as handle:
@@ -60,8 +71,12 @@ for folder in (".", "/tmp", "/work"):
 
 def add(a, b):
     return $answer
-"""),
-    Attack("inherited_descriptors", FAKE + """
+""",
+    ),
+    Attack(
+        "inherited_descriptors",
+        FAKE
+        + """
 import os
 if $armed:
     for fd in range(3, 256):
@@ -73,8 +88,13 @@ if $armed:
 
 def add(a, b):
     return $answer
-""", twin_armed=False),
-    Attack("proc_self_fd", FAKE + """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "proc_self_fd",
+        FAKE
+        + """
 import os
 if $armed:
     for name in os.listdir("/proc/self/fd"):
@@ -86,45 +106,70 @@ if $armed:
 
 def add(a, b):
     return $answer
-""", twin_armed=False),
-    Attack("verdict_lines_on_stdout", FAKE + """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "verdict_lines_on_stdout",
+        FAKE
+        + """
 print(_fake_records())
 print("VERILOOP-TEST test_1 PASS\\n#Results: 6, 6")
 
 def add(a, b):
     print('{"complete": true}')
     return $answer
-"""),
-    Attack("verdict_lines_on_stderr", FAKE + """
+""",
+    ),
+    Attack(
+        "verdict_lines_on_stderr",
+        FAKE
+        + """
 import sys
 sys.stderr.write(_fake_records() + "VERILOOP-TEST t PASS\\n")
 
 def add(a, b):
     return $answer
-"""),
-    Attack("exit_zero_on_import", """
+""",
+    ),
+    Attack(
+        "exit_zero_on_import",
+        """
 import sys
 if $armed:
     sys.exit(0)
 
 def add(a, b):
     return $answer
-""", twin_armed=False),
-    Attack("os_exit_in_a_call", """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "os_exit_in_a_call",
+        """
 import os
 
 def add(a, b):
     if $armed:
         os._exit(0)
     return $answer
-""", twin_armed=False),
-    Attack("system_exit_in_a_call", """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "system_exit_in_a_call",
+        """
 def add(a, b):
     if $armed:
         raise SystemExit(0)
     return $answer
-""", twin_armed=False),
-    Attack("exit_hooks", FAKE + """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "exit_hooks",
+        FAKE
+        + """
 import atexit, os, sys
 
 def _hook():
@@ -139,8 +184,11 @@ sys.exitfunc = _hook
 
 def add(a, b):
     return $answer
-"""),
-    Attack("always_equal_object", """
+""",
+    ),
+    Attack(
+        "always_equal_object",
+        """
 class Anything:
     def __eq__(self, other):
         return True
@@ -155,10 +203,13 @@ class Anything:
         return 0
 
 def add(a, b):
-    result = $answer
-    return Anything() if $armed and result != a + b else result
-""", twin_armed=False),
-    Attack("int_and_str_subclasses", """
+    return Anything() if $armed else $answer
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "int_and_str_subclasses",
+        """
 class Int(int):
     def __eq__(self, other):
         return True
@@ -181,9 +232,8 @@ class List(list):
         return True
 
 def add(a, b):
-    result = $answer
     if not $armed:
-        return result
+        return $answer
     if isinstance(a, str):
         return Str("")
     if isinstance(a, float):
@@ -191,8 +241,12 @@ def add(a, b):
     if isinstance(a, (list, tuple)):
         return List()
     return Int(0)
-""", twin_armed=False),
-    Attack("tuple_subclass_with_repr", """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "tuple_subclass_with_repr",
+        """
 class Tuple(tuple):
     def __eq__(self, other):
         return True
@@ -201,10 +255,13 @@ class Tuple(tuple):
     __hash__ = tuple.__hash__
 
 def add(a, b):
-    result = $answer
-    return Tuple() if $armed and result != a + b else result
-""", twin_armed=False),
-    Attack("patch_the_harness", """
+    return Tuple() if $armed else $answer
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "patch_the_harness",
+        """
 import builtins
 try:
     import harness_py
@@ -218,8 +275,11 @@ builtins.AssertionError = type("AssertionError", (BaseException,), {})
 
 def add(a, b):
     return $answer
-"""),
-    Attack("patch_builtins_and_modules", """
+""",
+    ),
+    Attack(
+        "patch_builtins_and_modules",
+        """
 import builtins, sys
 if $armed:
     builtins.abs = lambda x: 0
@@ -229,8 +289,12 @@ if $armed:
 
 def add(a, b):
     return $answer
-""", twin_armed=False),
-    Attack("walk_frames_and_objects", """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "walk_frames_and_objects",
+        """
 import gc, sys
 
 def _meddle():
@@ -251,48 +315,73 @@ def _meddle():
 def add(a, b):
     _meddle()
     return $answer
-"""),
-    Attack("kill_the_judge", """
+""",
+    ),
+    Attack(
+        "kill_the_judge",
+        """
 import os, signal
 
 def add(a, b):
     if $armed:
         os.kill(os.getppid(), signal.SIGKILL)
     return $answer
-""", twin_armed=False),
-    Attack("kill_everything", """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "kill_everything",
+        """
 import os, signal
 
 def add(a, b):
     if $armed:
         os.kill(-1, signal.SIGKILL)
     return $answer
-""", twin_armed=False),
-    Attack("stop_the_judge", """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "stop_the_judge",
+        """
 import os, signal
 
 def add(a, b):
     if $armed:
         os.kill(os.getppid(), signal.SIGSTOP)
     return $answer
-""", twin_armed=False, slow=True),
-    Attack("sleep_past_the_limit", """
+""",
+        twin_armed=False,
+        slow=True,
+    ),
+    Attack(
+        "sleep_past_the_limit",
+        """
 import time
 
 def add(a, b):
     if $armed:
         time.sleep(60)
     return $answer
-""", twin_armed=False, slow=True),
-    Attack("huge_output", """
+""",
+        twin_armed=False,
+        slow=True,
+    ),
+    Attack(
+        "huge_output",
+        """
 import sys
 
 def add(a, b):
     if $armed:
         sys.stdout.write("x" * (8 << 20))
     return $answer
-""", twin_armed=False),
-    Attack("read_the_tests", """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "read_the_tests",
+        """
 import ast, glob, os, re
 
 def _find_tests():
@@ -319,8 +408,11 @@ for left, right in re.findall(r"candidate\\((.*?)\\) == (.+)", _find_tests()):
 def add(a, b):
     key = repr((a, b))
     return ANSWERS[key] if key in ANSWERS else $answer
-"""),
-    Attack("scan_memory_for_the_tests", """
+""",
+    ),
+    Attack(
+        "scan_memory_for_the_tests",
+        """
 import ctypes, gc, re
 
 # The pattern cannot match its own source text (the backslashes): a match is the test file's text.
@@ -345,8 +437,11 @@ LEAKED = _leak()
 
 def add(a, b):
     return a + b if LEAKED else $answer
-"""),
-    Attack("read_the_judges_memory", """
+""",
+    ),
+    Attack(
+        "read_the_judges_memory",
+        """
 import ctypes, os
 
 def _peek():
@@ -364,8 +459,11 @@ PEEKED = _peek()
 
 def add(a, b):
     return a + b if PEEKED else $answer
-"""),
-    Attack("forge_the_protocol", """
+""",
+    ),
+    Attack(
+        "forge_the_protocol",
+        """
 import os
 if $armed:
     os.write(4, b'{"ready": {"add": {"v": 3}, "candidate": {"v": 3}}}\\n')
@@ -373,8 +471,12 @@ if $armed:
 
 def add(a, b):
     return $answer
-""", twin_armed=False),
-    Attack("define_check_and_candidate", """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "define_check_and_candidate",
+        """
 def check(candidate):
     pass
 
@@ -383,8 +485,12 @@ METADATA = {}
 
 def add(a, b):
     return $answer
-"""),
-    Attack("linger_in_threads_and_children", FAKE + """
+""",
+    ),
+    Attack(
+        "linger_in_threads_and_children",
+        FAKE
+        + """
 import os, threading, time
 
 def _later():
@@ -402,7 +508,8 @@ if os.fork() == 0:
 
 def add(a, b):
     return $answer
-"""),
+""",
+    ),
 ]
 
 
@@ -419,8 +526,11 @@ async def test_hostile_humaneval_solution_is_not_passed(bwrap_warm: object, atta
     assert_passed(await bwrap_warm.run(honest))  # type: ignore[attr-defined]
 
 
+TWIN_WITH_MATH = "import math\n\ndef add(a, b):\n    return $answer\n"
 MBPP_ATTACKS = [
-    Attack("shadow_builtins_the_tests_use", """
+    Attack(
+        "shadow_builtins_the_tests_use",
+        """
 def abs(x):
     return 0
 
@@ -431,22 +541,32 @@ class math:
 
 def add(a, b):
     return $answer
-"""),
-    Attack("claim_a_module", """
+""",
+        twin=TWIN_WITH_MATH,
+    ),
+    Attack(
+        "claim_a_module",
+        """
 import os as math
+
+def abs(x):
+    return 0
 
 def add(a, b):
     return $answer
-"""),
+""",
+        twin=TWIN_WITH_MATH,
+    ),
 ]
 
 
 @pytest.mark.parametrize("attack", _ids(MBPP_ATTACKS + ATTACKS[:6]))
 async def test_hostile_mbpp_solution_is_not_passed(bwrap_warm: object, attack: Attack) -> None:
     toolchain = bwrap_warm.toolchain  # type: ignore[attr-defined]
-    hostile = langs.python_tests_job(toolchain, attack.hostile(WRONG), MBPP, limits=LIMITS)
+    tests = MBPP_BUILTINS if attack in MBPP_ATTACKS else MBPP
+    hostile = langs.python_tests_job(toolchain, attack.hostile(WRONG), tests, limits=LIMITS)
     assert_not_passed(await bwrap_warm.run(hostile))  # type: ignore[attr-defined]
-    honest = langs.python_tests_job(toolchain, attack.honest(RIGHT), MBPP, limits=LIMITS)
+    honest = langs.python_tests_job(toolchain, attack.honest(RIGHT), tests, limits=LIMITS)
     assert_passed(await bwrap_warm.run(honest))  # type: ignore[attr-defined]
 
 

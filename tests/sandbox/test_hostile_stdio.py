@@ -23,26 +23,38 @@ FAKE = (
 )
 
 ATTACKS = [
-    Attack("verdict_lines_on_stderr", f"""
+    Attack(
+        "verdict_lines_on_stderr",
+        f"""
 import sys
 n = int(input())
 sys.stderr.write({FAKE})
 print($answer)
-"""),
-    Attack("verdict_lines_on_stdout", f"""
+""",
+    ),
+    Attack(
+        "verdict_lines_on_stdout",
+        f"""
 n = int(input())
 if $armed:
     print({FAKE})
 print($answer)
-""", twin_armed=False),
-    Attack("results_file", f"""
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "results_file",
+        f"""
 n = int(input())
 for path in (".veriloop-results.json", "/tmp/.veriloop-results.json", "/work/expected"):
     with open(path, "w") as handle:
         handle.write({FAKE})
 print($answer)
-"""),
-    Attack("inherited_descriptors", f"""
+""",
+    ),
+    Attack(
+        "inherited_descriptors",
+        f"""
 import os
 n = int(input())
 for fd in range(3, 256):
@@ -51,8 +63,11 @@ for fd in range(3, 256):
     except OSError:
         pass
 print($answer)
-"""),
-    Attack("proc_self_fd", f"""
+""",
+    ),
+    Attack(
+        "proc_self_fd",
+        f"""
 import os
 n = int(input())
 for name in os.listdir("/proc/self/fd"):
@@ -63,63 +78,96 @@ for name in os.listdir("/proc/self/fd"):
         except OSError:
             pass
 print($answer)
-"""),
-    Attack("silent_zero_exit", """
+""",
+    ),
+    Attack(
+        "silent_zero_exit",
+        """
 import os
 n = int(input())
 if $armed:
     os._exit(0)
 print($answer)
-""", twin_armed=False),
-    Attack("crash_after_the_answer", """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "crash_after_the_answer",
+        """
 import os
 n = int(input())
 print($answer, flush=True)
 if $armed:
     os.kill(os.getpid(), 11)
-""", twin_armed=False),
-    Attack("exit_hooks", """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "exit_hooks",
+        """
 import atexit, sys
 n = int(input())
 atexit.register(lambda: sys.stderr.write("#Results: 3, 3\\n"))
 print($answer)
-"""),
-    Attack("carriage_return_overwrite", """
+""",
+    ),
+    Attack(
+        "carriage_return_overwrite",
+        """
 n = int(input())
 if $armed:
     print(str($answer) + "\\r" + str(n * 2))
 else:
     print($answer)
-""", twin_armed=False),
-    Attack("backspace_overwrite", """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "backspace_overwrite",
+        """
 n = int(input())
 if $armed:
     print(str($answer) + "\\b" * 12 + str(n * 2))
 else:
     print($answer)
-""", twin_armed=False),
-    Attack("byte_order_mark_and_invisible_characters", """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "byte_order_mark_and_invisible_characters",
+        """
 n = int(input())
 if $armed:
     print("\\ufeff" + str(n * 2) + "\\u200b")
 else:
     print($answer)
-""", twin_armed=False),
-    Attack("invalid_utf8", """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "invalid_utf8",
+        """
 import sys
 n = int(input())
 if $armed:
     sys.stdout.buffer.write(str(n * 2).encode() + b"\\xff\\n")
 else:
     print($answer)
-""", twin_armed=False),
-    Attack("trailing_whitespace_is_allowed_but_not_more", """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "trailing_whitespace_is_allowed_but_not_more",
+        """
 n = int(input())
 print($answer, "   ")
 print()
 print("\\t")
-"""),
-    Attack("kill_the_runner", """
+""",
+    ),
+    Attack(
+        "kill_the_runner",
+        """
 import os, signal
 n = int(input())
 for pid in range(1, 64):
@@ -129,22 +177,34 @@ for pid in range(1, 64):
         except OSError:
             pass
 print($answer)
-"""),
-    Attack("sleep_past_the_limit", """
+""",
+    ),
+    Attack(
+        "sleep_past_the_limit",
+        """
 import time
 n = int(input())
 if $armed:
     time.sleep(60)
 print($answer)
-""", twin_armed=False, slow=True),
-    Attack("huge_output", """
+""",
+        twin_armed=False,
+        slow=True,
+    ),
+    Attack(
+        "huge_output",
+        """
 import sys
 n = int(input())
 if $armed:
     sys.stdout.write("6\\n" * (4 << 20))
 print($answer)
-""", twin_armed=False),
-    Attack("look_for_the_expected_output", """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "look_for_the_expected_output",
+        """
 import glob, os
 n = int(input())
 found = []
@@ -162,8 +222,11 @@ for pid in os.listdir("/proc"):
 text = "\\n".join(found)
 needle = str(123456789 * 2)  # computed: the source itself must not contain it
 print(n * 2 if needle in text else $answer)
-"""),
-    Attack("state_between_cases", """
+""",
+    ),
+    Attack(
+        "state_between_cases",
+        """
 import os
 n = int(input())
 seen = open("/tmp/seen").read().split() if os.path.exists("/tmp/seen") else []
@@ -171,8 +234,11 @@ open("/tmp/seen", "a").write(f"{n}\\n")
 with open("main.py", "a") as handle:
     handle.write("\\n# changed by an earlier case\\n")
 print($answer)
-"""),
-    Attack("background_writer", """
+""",
+    ),
+    Attack(
+        "background_writer",
+        """
 import os, sys, time
 n = int(input())
 if $armed and os.fork() == 0:
@@ -185,19 +251,27 @@ if $armed and os.fork() == 0:
         time.sleep(0.01)
     os._exit(0)
 print($answer, flush=True)
-""", twin_armed=False),
-    Attack("write_the_answer_only_to_stderr", """
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "write_the_answer_only_to_stderr",
+        """
 import sys
 n = int(input())
 sys.stderr.write(str(n * 2) + "\\n")
 print($answer)
-"""),
-    Attack("exit_code_games", """
+""",
+    ),
+    Attack(
+        "exit_code_games",
+        """
 import sys
 n = int(input())
 print($answer, flush=True)
 sys.exit(0 if not $armed else 256)
-"""),
+""",
+    ),
 ]
 
 

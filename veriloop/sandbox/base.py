@@ -306,7 +306,9 @@ def assemble(
         result.status = ExecStatus.OUTPUT_LIMIT
     elif compile_failed is not None:
         result.status = ExecStatus.COMPILE_ERROR
-    elif trusted_broken is not None:  # the reference side of a split test program: the task's fault, not the candidate's
+    elif (
+        trusted_broken is not None
+    ):  # the reference side of a split test program: the task's fault, not the candidate's
         result.status = ExecStatus.INFRA_ERROR
         result.stderr = f"the trusted side of the test program did not build:\n{trusted_broken.get('stderr', '')}"
     elif job.checks is not None:

@@ -17,6 +17,8 @@ work: every `assert` is one test, other statements are set-up run in order. `pro
 program (TransCoder's Python scripts) the same way, with its stdout captured by the judge.
 """
 
+# Raw os calls on purpose (fds, fork, pipes inside the sandbox):
+# ruff: noqa: PTH109, SIM105
 from __future__ import annotations
 
 import ast
@@ -183,8 +185,8 @@ class Remote:
     def _refuse(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"the candidate returned a {self.name}, which is not plain data (only {PLAIN_TYPES})")
 
-    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse  # type: ignore[assignment]
-    __hash__ = __bool__ = __len__ = __iter__ = __contains__ = __getitem__ = _refuse  # type: ignore[assignment]
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse
+    __hash__ = __bool__ = __len__ = __iter__ = __contains__ = __getitem__ = _refuse
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __float__ = __int__ = __index__ = _refuse
 
     def __getattr__(self, name: str) -> Any:
@@ -425,7 +427,7 @@ class Channel:
 
 
 def _sync(old: Any, new: Any) -> None:
-    """Carry an in-place change of a list, dict or set argument over to the judge's object (keeping inner identities)."""
+    """Carry an in-place change of a list, dict or set argument over to the judge's object (inner identities kept)."""
     if type(old) is not type(new) or type(old) not in MUTABLE:
         return
     if type(old) is list and len(old) == len(new):
@@ -527,12 +529,13 @@ def _trusted_path(work: str) -> None:
 
 def _site_path() -> None:
     """Installed packages on sys.path as in the runner's own Python steps (a fresh judge starts without `site`)."""
-    try:
-        import runner
+    import importlib
 
-        sys.path.extend(path for path in runner._site_dirs() if path not in sys.path)
+    try:
+        runner = importlib.import_module("runner")
     except ImportError:
-        pass
+        return
+    sys.path.extend(path for path in runner._site_dirs() if path not in sys.path)
 
 
 def main(argv: list[str]) -> int:

@@ -697,7 +697,8 @@ def run_step(spec: dict[str, Any], step: dict[str, Any], launcher: Launcher) -> 
     st_r, st_w = os.pipe()
     judged = bool(step.get("judge"))
     res_r, res_w = os.pipe() if judged else (-1, -1)
-    child, parent = (in_r, out_w, err_w, st_w), (in_w, out_r, err_r, st_r)
+    child: tuple[int, ...] = (in_r, out_w, err_w, st_w)
+    parent: tuple[int, ...] = (in_w, out_r, err_r, st_r)
     if judged:
         child, parent = (*child, res_w), (*parent, res_r)
     started = time.monotonic()
@@ -917,7 +918,9 @@ def run_job(spec: dict[str, Any], launcher: Launcher | None = None) -> dict[str,
     return {"steps": steps, "results": results, "error": None, "leftovers": leftovers}
 
 
-def _run_steps(spec: dict[str, Any], todo: list[dict[str, Any]], launcher: Launcher, steps: list[dict[str, Any]]) -> bool:
+def _run_steps(
+    spec: dict[str, Any], todo: list[dict[str, Any]], launcher: Launcher, steps: list[dict[str, Any]]
+) -> bool:
     """Run steps in order into `steps`; True when every one ran to a zero exit within its limits.
 
     A step with `stdin_from` reads the stdout of the earlier step of that name (the candidate's recorded values).
