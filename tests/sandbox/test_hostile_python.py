@@ -619,3 +619,18 @@ async def test_plain_values_keep_their_types_and_float_comparisons(bwrap_warm: o
     result = await bwrap_warm.run(langs.python_tests_job(bwrap_warm.toolchain, code, tests, limits=LIMITS))  # type: ignore[attr-defined]
     assert_passed(result)
     assert len(result.tests) == 10
+
+
+async def test_stdlib_dict_types_are_rebuilt_by_the_judge(bwrap_warm: object) -> None:
+    code = (
+        "import collections\ndef f(xs):\n    return collections.Counter(xs)\n"
+        "def g():\n    d = collections.defaultdict(list)\n    d[1].append(2)\n    return d\n"
+        "def h():\n    return collections.OrderedDict([(2, 1), (1, 2)])\n"
+    )
+    tests = (
+        "import collections\nassert f([1, 1, 2]) == {1: 2, 2: 1}\n"
+        "assert type(f([1])) is collections.Counter and f('aab').most_common(1) == [('a', 2)]\n"
+        "assert g() == {1: [2]}\nassert h() != collections.OrderedDict([(1, 2), (2, 1)]) and h() == {1: 2, 2: 1}\n"
+    )
+    result = await bwrap_warm.run(langs.python_tests_job(bwrap_warm.toolchain, code, tests, limits=LIMITS))  # type: ignore[attr-defined]
+    assert_passed(result)
