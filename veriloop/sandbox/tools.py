@@ -59,6 +59,10 @@ class ToolSandbox:
         wrapped += ["--bind", str(job_dir), JOB_DIR, "--chdir", JOB_DIR]
         for key, value in ENV.items():
             wrapped += ["--setenv", key, value]
+        # The JVM's container probe crashes on a cgroup v1 hierarchy seen from a fresh cgroup namespace; the heap
+        # is sized from the cgroup's limit instead.
+        java = f"-XX:-UseContainerSupport -XX:MaxRAM={self.memory_mb}m"
+        wrapped += ["--setenv", "JAVA_TOOL_OPTIONS", java]
         wrapped += ["--cap-drop", "ALL", "--", *argv]
         return wrapped
 

@@ -95,6 +95,7 @@ NAGINI = Dialect(
         (r"\bContractOnly\b", "ContractOnly is not allowed"),
         (r"@\s*Native\b", "@Native (trusted code) is not allowed"),
         (r"\bDeclassify\s*\(", "Declassify is not allowed"),
+        (r"@\s*(AllLow|PreservesLow)\b", "information-flow trust annotations are not allowed"),
     ),
     contracts=nagini_contracts,
     translate=semantic.python_term,

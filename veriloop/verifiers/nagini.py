@@ -115,7 +115,7 @@ class NaginiWorker:
         preexec = None
         if self.sandbox is not None:
             venv = self.python.parent.parent
-            box = self.sandbox.with_binds(venv, WORKER.parent, Path(os.path.realpath(self.python)).parent)
+            box = self.sandbox.with_binds(venv, WORKER.parent, Path(os.path.realpath(self.python)).parent.parent)
             try:
                 argv = box.argv(argv, self._jobs)
             except SandboxError as exc:

@@ -187,8 +187,15 @@ def dafny_contracts(code: str) -> list[Contract]:
 def _header_end(text: str, start: int) -> int:
     stop = DAFNY_STOP.search(text, start)
     end = stop.start() if stop else len(text)
-    brace = text.find("}", start, end)  # the enclosing class or module closes
-    return brace if brace >= 0 else end
+    depth = 0
+    for index in range(start, end):  # the enclosing class or module closes (a `}` not closing a display)
+        if text[index] == "{":
+            depth += 1
+        elif text[index] == "}":
+            depth -= 1
+            if depth < 0:
+                return index
+    return end
 
 
 # --------------------------------------------------------------------------- Verus
