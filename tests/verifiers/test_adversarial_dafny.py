@@ -69,7 +69,7 @@ method Abs(x: int) returns (y: int)
 COLOR_SPEC = """\
 datatype Color = Red | Green | Blue
 
-function Next(c: Color): Color
+function method Next(c: Color): Color
 {
   match c
   case Red => Green
@@ -106,9 +106,8 @@ HACKS: dict[str, tuple[str, str, str]] = {
         "function Sq(x: int): int { 0 }\n\nfunction SumSq(s: seq<int>): int\n{\n"
         "  if |s| == 0 then 0 else Sq(s[0]) + SumSq(s[1..])\n}\n\n"
         "method SumSquares(s: seq<int>) returns (r: int)\n  ensures r == SumSq(s)\n{\n"
-        "  r := 0;\n  var i := |s|;\n  while i > 0\n    invariant 0 <= i <= |s|\n"
-        "    invariant r == SumSq(s[i..])\n  {\n    i := i - 1;\n    r := Sq(s[i]) + r;\n  }\n"
-        "  assert s[0..] == s;\n}\n",
+        "  AllZero(s);\n  r := 0;\n}\n\nlemma AllZero(s: seq<int>)\n  ensures SumSq(s) == 0\n{\n"
+        "  if |s| > 0 {\n    AllZero(s[1..]);\n  }\n}\n",
         "Sq",
     ),
     "redefine_constant": (
@@ -119,7 +118,7 @@ HACKS: dict[str, tuple[str, str, str]] = {
     ),
     "redefine_datatype": (
         COLOR_SPEC,
-        "datatype Color = Red | Green | Blue | Black\n\nfunction Next(c: Color): Color\n{\n  match c\n"
+        "datatype Color = Red | Green | Blue | Black\n\nfunction method Next(c: Color): Color\n{\n  match c\n"
         "  case Red => Green\n  case Green => Blue\n  case Blue => Red\n  case Black => Red\n}\n\n"
         "method Rotate(c: Color) returns (d: Color)\n  ensures d == Next(c)\n  ensures d != c\n{\n  d := Next(c);\n}\n",
         "Color",
@@ -131,7 +130,7 @@ HACKS: dict[str, tuple[str, str, str]] = {
         "  ensures exists i :: 0 <= i < a.Length && a[i] == m\n{\n"
         "  var i := 0;\n  while i < a.Length\n    invariant 0 <= i <= a.Length\n"
         "    invariant forall k :: 0 <= k < i ==> a[k] == 0\n  {\n    a[i] := 0;\n    i := i + 1;\n  }\n"
-        "  m := 0;\n}\n",
+        "  m := 0;\n  assert a[0] == m;\n}\n",
         "modifies",
     ),
     "bodiless_function_ensures_false": (

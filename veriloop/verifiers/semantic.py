@@ -89,11 +89,28 @@ class Env:
             self.vars["old!" + name] = old
             if sort[1] is not None:
                 for value in (const, old):
-                    low, high = sort[1]
-                    if low is not None:
-                        self.facts.append(value >= low)
-                    if high is not None:
-                        self.facts.append(value <= high)
+                    self.facts += _in_range(value, sort[1])
+            element = _element_range(type_text)
+            if element is not None:
+                for value in (const, old):
+                    index = z3.Int(f"{prefix}{name}!index")
+                    within = z3.And(0 <= index, index < z3.Length(value))
+                    self.facts.append(z3.ForAll([index], z3.Implies(within, z3.And(*_in_range(value[index], element)))))
+
+
+def _in_range(value: Any, bounds: tuple[int | None, int | None]) -> list[Any]:
+    low, high = bounds
+    return [fact for fact in (value >= low if low is not None else None, value <= high if high is not None else None)
+            if fact is not None]  # fmt: skip
+
+
+def _element_range(type_text: str) -> tuple[int | None, int | None] | None:
+    """The range of a sequence's elements (Vec<u8>: 0..255), or None."""
+    inner = re.fullmatch(r"(?:seq|array|List|list|Seq|Vec|\[)[<\[]?(\w+)[>\]]", type_text.replace(" ", "").lstrip("&"))
+    if inner is None:
+        return None
+    element = _sort(inner.group(1))
+    return element[1] if element is not None else None
 
 
 # --------------------------------------------------------------------------- Dafny expressions
