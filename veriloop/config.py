@@ -145,6 +145,8 @@ class VerifierSettings(Section):
     verus: str = Field("verus", description="Verus command (a name on PATH or a path).")
     verus_multiple_errors: int = Field(100, ge=1, description="Verus --multiple-errors N.")
     guard: bool = Field(True, description="Run the spec guard (reject spec weakening and escapes).")
+    isolation: str = Field("bwrap", description="Where verifier processes run: bwrap (default) or none (the host).")
+    memory_mb: int = Field(4096, ge=256, description="Memory limit of one sandboxed verifier process (cgroup), MiB.")
     cache: bool = Field(True, description="Reuse stored results for identical verifications.")
 
 

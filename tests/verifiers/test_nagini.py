@@ -119,9 +119,9 @@ def test_worker_is_recycled_after_a_timeout_and_serves_again(nagini: NaginiVerif
     worker.ensure_started()
     started = worker.starts
     with pytest.raises(WorkerError, match="timeout"):
-        worker.request(str(path), timeout_s=0.01)
+        worker.request(path.read_text(), timeout_s=0.01)
     assert not worker.alive
-    reply = worker.request(str(path), timeout_s=300)
+    reply = worker.request(path.read_text(), timeout_s=300)
     assert reply.payload["status"] == "verified" and worker.starts == started + 1
 
 

@@ -21,8 +21,10 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from veriloop.config import Settings
+from veriloop.errors import ConfigError, SandboxError
 from veriloop.records import Candidate, Task, VerifyResult, VerifyStatus
 from veriloop.registry import Registry
+from veriloop.sandbox.tools import ENV, ToolSandbox, joiner, release
 
 
 @runtime_checkable
@@ -87,22 +89,40 @@ def run_tool(
     *,
     timeout_s: float,
     env: Mapping[str, str] | None = None,
+    sandbox: ToolSandbox | None = None,
 ) -> ToolRun:
-    """Write `files` into a fresh temp dir, run `argv` there with a deadline, and reap it with wait4 (rusage)."""
-    with tempfile.TemporaryDirectory(prefix="veriloop-verify-") as work:
+    """Write `files` into a fresh temp dir, run `argv` there with a deadline, and reap it with wait4 (rusage).
+
+    With a `sandbox` the tool runs inside bwrap (no network, read-only host, no host environment, a private
+    /tmp, a cgroup memory limit) with the files at /run/job; without one it runs on the host (the tool's version
+    query, and hosts without bwrap where the settings say so)."""
+    with (
+        tempfile.TemporaryDirectory(prefix="veriloop-verify-") as work,
+        tempfile.TemporaryDirectory(prefix="veriloop-verify-out-") as logs,
+    ):
         for name, text in files.items():
             Path(work, name).write_text(text)
-        out_path, err_path = Path(work, ".stdout"), Path(work, ".stderr")
+        out_path, err_path = Path(logs, "stdout"), Path(logs, "stderr")
+        try:
+            command = sandbox.argv(argv, Path(work)) if sandbox is not None else list(argv)
+        except SandboxError as exc:
+            return ToolRun(list(argv), None, "", str(exc), 0.0, None, None, False)
+        group = sandbox.cgroup() if sandbox is not None else None
+        environment = dict(ENV) if sandbox is not None else {**os.environ, **(env or {})}
         started = time.perf_counter()
-        with out_path.open("wb") as out, err_path.open("wb") as err:
-            try:
-                process = subprocess.Popen(
-                    list(argv), cwd=work, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                    env={**os.environ, **(env or {})}, start_new_session=True,
-                )  # fmt: skip
-            except OSError as exc:
-                return ToolRun(list(argv), None, "", f"cannot start {argv[0]}: {exc.strerror}", 0.0, None, None, False)
-            status, usage, timed_out = _wait(process.pid, started + timeout_s)
+        try:
+            with out_path.open("wb") as out, err_path.open("wb") as err:
+                try:
+                    process = subprocess.Popen(
+                        command, cwd=work, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                        env=environment, start_new_session=True, preexec_fn=joiner(group),
+                    )  # fmt: skip
+                except (OSError, subprocess.SubprocessError) as exc:
+                    why = getattr(exc, "strerror", None) or str(exc)
+                    return ToolRun(list(argv), None, "", f"cannot start {argv[0]}: {why}", 0.0, None, None, False)
+                status, usage, timed_out = _wait(process.pid, started + timeout_s)
+        finally:
+            release(group)
         wall = time.perf_counter() - started
         process.returncode = 0  # reaped by wait4 already; keep Popen from waiting again
         code = os.waitstatus_to_exitcode(status) if status is not None else None
@@ -116,6 +136,16 @@ def run_tool(
             max_rss_mb=usage.ru_maxrss / 1024 if usage else None,
             timed_out=timed_out,
         )
+
+
+def tool_sandbox(settings: Settings, *binds: str | Path) -> ToolSandbox | None:
+    """The isolation verifier processes get: bwrap unless `verifiers.isolation` is `none`."""
+    section = settings.verifiers
+    if section.isolation == "none":
+        return None
+    if section.isolation != "bwrap":
+        raise ConfigError(f"verifiers.isolation must be bwrap or none, not {section.isolation!r}")
+    return ToolSandbox(memory_mb=section.memory_mb, binds=tuple(str(b) for b in binds))
 
 
 def _wait(pid: int, deadline: float) -> tuple[int | None, Any, bool]:

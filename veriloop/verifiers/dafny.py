@@ -15,7 +15,9 @@ from typing import Any
 
 from veriloop.config import Settings
 from veriloop.records import Candidate, Diagnostic, Task, VerifyResult, VerifyStatus
-from veriloop.verifiers.base import infra_error, node_score, run_tool, tool_version
+from veriloop.sandbox.tools import DEFAULT as DEFAULT_SANDBOX
+from veriloop.sandbox.tools import ToolSandbox
+from veriloop.verifiers.base import infra_error, node_score, run_tool, tool_sandbox, tool_version
 
 SOURCE = "program.dfy"
 
@@ -144,9 +146,16 @@ class DafnyVerifier:
     name = "dafny"
 
     def __init__(
-        self, command: str = "dafny", *, timeout_s: float = 60.0, time_limit_s: int = 20, cache_dir: Path | None = None
+        self,
+        command: str = "dafny",
+        *,
+        timeout_s: float = 60.0,
+        time_limit_s: int = 20,
+        cache_dir: Path | None = None,
+        sandbox: ToolSandbox | None = DEFAULT_SANDBOX,
     ) -> None:
         self.command = command
+        self.sandbox = sandbox
         self.cache_dir = cache_dir
         self.timeout_s = timeout_s
         self.time_limit_s = time_limit_s
@@ -161,6 +170,7 @@ class DafnyVerifier:
             timeout_s=section.timeout_s,
             time_limit_s=section.dafny_time_limit_s,
             cache_dir=settings.paths.cache_dir,
+            sandbox=tool_sandbox(settings),
         )
 
     def options(self) -> dict[str, Any]:
@@ -187,7 +197,9 @@ class DafnyVerifier:
         version = await self.version()
         if not version:
             return infra_error(self.name, "", f"{self.command} is not installed or does not run")
-        run = await asyncio.to_thread(run_tool, self.argv(), {SOURCE: code}, timeout_s=self.timeout_s)
+        run = await asyncio.to_thread(
+            run_tool, self.argv(), {SOURCE: code}, timeout_s=self.timeout_s, sandbox=self.sandbox
+        )
         if run.returncode is None and not run.timed_out:
             return infra_error(self.name, version, run.stderr, run.wall_s)
         status, report, reason = judge(run.returncode, run.timed_out, run.output)

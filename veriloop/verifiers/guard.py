@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from veriloop.records import Candidate, Task, VerifyResult, VerifyStatus
-from veriloop.verifiers import semantic
+from veriloop.verifiers import closure, semantic
 from veriloop.verifiers.base import Verifier
 from veriloop.verifiers.spec import (
     Contract,
@@ -46,6 +46,8 @@ class Dialect:
     translate: semantic.Translate
     probe_kinds: tuple[str, ...]
     """Declaration kinds whose bodies the probes rewrite."""
+    decls: Callable[[str], list[closure.Decl]]
+    """The declarations the specification closure is made of."""
 
     def strip(self, code: str) -> str:
         return _strip_python(code) if self.name == "nagini" else blank_comments(code)
@@ -60,37 +62,72 @@ def _strip_python(code: str) -> str:
     return ast.unparse(tree)
 
 
+_ATTR = r"\{\s*:\s*"
 DAFNY = Dialect(
     "dafny",
     escapes=(
         (r"\bassume\b", "assume statements are not allowed"),
-        (r"\{\s*:\s*axiom\b", "{:axiom} is not allowed"),
-        (r"\{\s*:\s*verify\s+false\s*\}", "{:verify false} is not allowed"),
-        (r"\{\s*:\s*extern\b", "{:extern} is not allowed"),
+        (r"\bexpect\b", "expect statements are assumed by the verifier and are not allowed"),
+        (_ATTR + r"axiom\b", "{:axiom} is not allowed"),
+        (_ATTR + r"verify\s+(?!true\s*\})", "{:verify false} is not allowed"),
+        (_ATTR + r"extern\b", "{:extern} is not allowed"),
+        (_ATTR + r"(only|focus)\b", "{:only}/{:focus} (other code left unverified) is not allowed"),
+        (
+            _ATTR + r"(selective_checking|start_checking_here|assumption)\b",
+            "attributes that skip checks are not allowed",
+        ),
+        (_ATTR + r"termination\s+false\b", "{:termination false} is not allowed"),
+        (r"^\s*include\b", "include directives are not allowed"),
+        (r"\brefines\b", "module refinement is not allowed"),
         (r"\bdecreases\s*\*", "decreases * (possible non-termination) is not allowed"),
     ),
     contracts=dafny_contracts,
     translate=semantic.dafny_term,
     probe_kinds=("method", "lemma"),
+    decls=closure.dafny_decls,
 )
 NAGINI = Dialect(
     "nagini",
-    escapes=((r"\bAssume\s*\(", "Assume is not allowed"),),
+    escapes=(
+        (r"\bAssume\s*\(", "Assume is not allowed"),
+        (r"\bInhale\s*\(", "Inhale (an assumption) is not allowed"),
+        (r"@\s*ContractOnly\b", "@ContractOnly (a contract trusted without a body) is not allowed"),
+        (r"\bContractOnly\b", "ContractOnly is not allowed"),
+        (r"@\s*Native\b", "@Native (trusted code) is not allowed"),
+        (r"\bDeclassify\s*\(", "Declassify is not allowed"),
+        (r"@\s*(AllLow|PreservesLow)\b", "information-flow trust annotations are not allowed"),
+    ),
     contracts=nagini_contracts,
     translate=semantic.python_term,
     probe_kinds=("def",),
+    decls=closure.nagini_decls,
 )
 VERUS = Dialect(
     "verus",
     escapes=(
         (r"\bassume\s*\(", "assume statements are not allowed"),
         (r"\badmit\s*\(", "admit is not allowed"),
-        (r"#\s*\[\s*verifier\s*(::|\()\s*external(_body)?\b", "external verifiers are not allowed"),
+        (r"\bassume_specification\b", "assume_specification is not allowed"),
+        (r"\bassume_external\b", "assume_external is not allowed"),
+        (r"#\s*\[\s*verifier\s*(::|\()\s*external", "external code (not verified) is not allowed"),
         (r"#\s*\[\s*verifier\s*::\s*exec_allows_no_decreases_clause", "non-terminating loops are not allowed"),
+        (
+            r"#\s*!?\s*\[\s*verifier\s*(::|\()\s*(verify\s*\(\s*false|assume\w*|trusted|"
+            r"exec_allows_no_decreases_clause)",
+            "#[verifier::...] attributes that turn verification off are not allowed",
+        ),
+        (r"#\s*!?\s*\[\s*verus\s*::\s*trusted", "#[verus::trusted] is not allowed"),
+        (r"#\s*\[\s*cfg\s*\(", "#[cfg(...)] (code hidden from the verifier) is not allowed"),
+        (r"\bunsafe\b", "unsafe code is not allowed"),
+        (r"\bexternal_fn_specification\b", "external_fn_specification is not allowed"),
+        (r"\bexternal_type_specification\b", "external_type_specification is not allowed"),
+        (r"\bbroadcast\s+axiom\b|\baxiom\s+fn\b", "axioms are not allowed"),
+        (r"\binclude!\s*\(|\binclude_str!\s*\(|#\s*\[\s*path\s*=|\bmod\s+\w+\s*;", "other files are not allowed"),
     ),
     contracts=verus_contracts,
     translate=semantic.dafny_term,
     probe_kinds=("fn",),
+    decls=closure.verus_decls,
 )
 DIALECTS = {"dafny": DAFNY, "nagini": NAGINI, "verus": VERUS}
 TRIVIAL = {"true", "True", "( true )", "( True )"}
@@ -108,19 +145,43 @@ def _trivial_text(clause: str) -> bool:
     return False
 
 
-def _names(contract: Contract) -> dict[str, str]:
-    names = {**contract.params, **contract.returns}
+def _names(contract: Contract, functions: dict[str, str] | None = None) -> dict[str, str]:
+    names = {**(functions or {}), **contract.params, **contract.returns}
     if "__result__" in names:
         names[contract.name] = names.pop("__result__")
     return names
 
 
+def _functions(dialect: Dialect, code: str | None) -> dict[str, str]:
+    """The program's functions and predicates as `Name(` -> `T1;T2->R`, for Z3 to treat as uninterpreted."""
+    if not code:
+        return {}
+    try:
+        contracts = dialect.contracts(code)
+    except SyntaxError:
+        return {}
+    found = {}
+    for contract in contracts:
+        if dialect.name == "dafny" and contract.kind not in ("function", "predicate"):
+            continue
+        if dialect.name == "nagini" and not {"Pure", "Predicate"} & set(contract.attributes):
+            continue
+        result = "bool" if contract.kind == "predicate" else next(iter(contract.returns.values()), "")
+        if result:
+            found[contract.name + "("] = ";".join(contract.params.values()) + "->" + result
+    return found
+
+
 def static_check(dialect: Dialect, code: str, spec: str | None) -> str | None:
     """The reason to reject `code` without running the tool, or None."""
     stripped = dialect.strip(code)
-    for pattern, reason in dialect.escapes:
-        if re.search(pattern, stripped):
-            return reason
+    allowed = dialect.strip(spec) if spec else ""
+    for pattern, escape in dialect.escapes:
+        if re.search(pattern, stripped, flags=re.M) and not re.search(pattern, allowed, flags=re.M):
+            return escape
+    trust = _nagini_trust(code) if dialect.name == "nagini" else None
+    if trust:
+        return trust
     try:
         contracts = {c.name: c for c in dialect.contracts(code)}
         spec_contracts = {c.name: c for c in dialect.contracts(spec)} if spec else {}
@@ -131,7 +192,7 @@ def static_check(dialect: Dialect, code: str, spec: str | None) -> str | None:
             if _trivial_text(clause):
                 return f"trivial postcondition in {contract.name}: ensures {clause.strip()}"
         bodiless_in_spec = contract.name in spec_contracts and spec_contracts[contract.name].body is None
-        if contract.body is None and contract.kind in ("method", "lemma", "fn") and not bodiless_in_spec:
+        if contract.body is None and not bodiless_in_spec and not _abstract_ok(dialect, contract):
             return f"{contract.kind} {contract.name} has no body"
     for name, wanted in spec_contracts.items():
         if not (wanted.requires or wanted.ensures):
@@ -139,13 +200,21 @@ def static_check(dialect: Dialect, code: str, spec: str | None) -> str | None:
         got = contracts.get(name)
         if got is None:
             return f"{name} of the specification is missing"
-        mismatch = _compare(dialect, wanted, got)
+        mismatch = _compare(dialect, wanted, got, _functions(dialect, spec))
         if mismatch:
             return mismatch
+    if spec:
+        try:
+            changed = closure.check(dialect.decls(spec), dialect.decls(code), dialect.translate)
+        except SyntaxError as exc:
+            return _spec_unreadable(exc)
+        if changed:
+            return changed
+    functions = _functions(dialect, code)
     for contract in contracts.values():
         if contract.kind in ("function", "predicate"):
             continue
-        names = _names(contract)
+        names = _names(contract, functions)
         if contract.requires and semantic.satisfiable(names, contract.requires, dialect.translate) is False:
             return f"the precondition of {contract.name} is unsatisfiable"
         outputs = set(contract.returns) - {"__result__"}
@@ -157,11 +226,91 @@ def static_check(dialect: Dialect, code: str, spec: str | None) -> str | None:
     return None
 
 
+def _abstract_ok(dialect: Dialect, contract: Contract) -> bool:
+    """A declaration without a body that trusts nothing: a Dafny function or predicate with no postcondition
+    (an uninterpreted symbol: nothing can be proved about it). Methods, lemmas and anything with a
+    postcondition are axioms without a body. Nagini and Verus bodies are always present."""
+    if dialect.name != "dafny":
+        return True
+    return contract.kind in ("function", "predicate") and not contract.ensures
+
+
+CONTRACT_NAMES = {
+    "Requires", "Ensures", "Exsures", "Invariant", "Assert", "Assume", "Old", "Result", "Implies", "Forall",
+    "Exists", "Acc", "Rd", "Fold", "Unfold", "Unfolding", "Pure", "Predicate", "Ghost", "ContractOnly",
+    "Decreases", "Previous", "RaisedException", "Sequence", "ToSeq", "Low", "Inhale", "Exhale", "Reveal",
+    "Opaque", "PSeq", "PSet", "PMultiset", "list_pred", "set_pred", "dict_pred", "Forall2", "Forall3",
+    "Forall6", "Let", "MayCreate", "Native", "Import",
+}  # fmt: skip
+ALLOWED_MODULES = ("nagini_contracts", "typing", "__future__")
+
+
+def _nagini_trust(code: str) -> str | None:
+    """Python ways around Nagini's checks: a contract name redefined or imported under another name, other
+    modules imported (their code and stubs are trusted), recursion without a termination measure."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom | ast.Import):
+            modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+            for module in modules:
+                if not module.startswith(ALLOWED_MODULES):
+                    return f"importing {module} is not allowed (its code would be trusted, not verified)"
+            for alias in node.names:
+                if alias.asname and alias.asname != alias.name:
+                    return f"importing {alias.name} as {alias.asname} is not allowed"
+        defined: list[str] = []
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            defined.append(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+            defined.append(node.id)
+        elif isinstance(node, ast.arg):
+            defined.append(node.arg)
+        for name in defined:
+            if name in CONTRACT_NAMES:
+                return f"redefining Nagini's {name} is not allowed"
+    return _nagini_recursion(tree)
+
+
+def _nagini_recursion(tree: ast.Module) -> str | None:
+    """Nagini proves partial correctness: a method that calls itself forever satisfies any postcondition, so
+    recursion among non-pure functions needs `Decreases`."""
+    functions = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    calls: dict[str, set[str]] = {}
+    for name, node in functions.items():
+        decorators = {ast.unparse(d) for d in node.decorator_list}
+        measured = any(
+            isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and isinstance(s.value.func, ast.Name)
+            and s.value.func.id == "Decreases" for s in node.body
+        )  # fmt: skip
+        if decorators & {"Pure", "Predicate"} or measured:
+            continue
+        called = set()
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Call):
+                target = sub.func
+                called.add(target.id if isinstance(target, ast.Name) else getattr(target, "attr", ""))
+        calls[name] = called & set(functions)
+    for start in calls:
+        seen, todo = set(), list(calls[start])
+        while todo:
+            name = todo.pop()
+            if name == start:
+                return f"{start} is recursive without Decreases (Nagini would prove it only partially correct)"
+            if name in seen or name not in calls:
+                continue
+            seen.add(name)
+            todo.extend(calls[name])
+    return None
+
+
 def _spec_unreadable(exc: SyntaxError) -> str:
     return f"the candidate does not parse, so its specification cannot be checked: {exc.msg}"
 
 
-def _compare(dialect: Dialect, wanted: Contract, got: Contract) -> str | None:
+def _compare(dialect: Dialect, wanted: Contract, got: Contract, functions: dict[str, str]) -> str | None:
     have_pre = {normalise(c) for c in got.requires}
     have_post = {normalise(c) for c in got.ensures}
     want_pre = {normalise(c) for c in wanted.requires}
@@ -171,7 +320,7 @@ def _compare(dialect: Dialect, wanted: Contract, got: Contract) -> str | None:
     if not (missing_post or extra_pre or missing_pre):
         return None
     kept, why = semantic.spec_kept(
-        _names(wanted), wanted.requires, wanted.ensures, got.requires, got.ensures, dialect.translate
+        _names(wanted, functions), wanted.requires, wanted.ensures, got.requires, got.ensures, dialect.translate
     )
     if kept is True:
         return None
@@ -290,6 +439,31 @@ async def probe_check(dialect: Dialect, code: str, spec: str | None, check: Chec
     return None
 
 
+# --------------------------------------------------------------------------- the tool's own warnings
+
+TRUSTED_WARNINGS: dict[str, tuple[tuple[str, str], ...]] = {
+    "dafny": (
+        (r"loop has no body", "a loop without a body is assumed by Dafny, not proved"),
+        (r"forall statement has no body", "a forall statement without a body is assumed by Dafny, not proved"),
+        (r"has no body", "a statement without a body is assumed by Dafny, not proved"),
+        (r"\bassume\b|\baxiom\b", "Dafny reports an assumption"),
+    ),
+    "verus": ((r"unreachable statement", "an unreachable statement (AlphaVerus's rule: the code never returns)"),),
+}
+"""Warnings with which the tool says it assumed something instead of proving it."""
+
+
+def trusted_warning(dialect: Dialect, result: VerifyResult) -> str | None:
+    for diagnostic in result.diagnostics:
+        if diagnostic.severity != "warning":
+            continue
+        for pattern, reason in TRUSTED_WARNINGS.get(dialect.name, ()):
+            if re.search(pattern, diagnostic.message, flags=re.I):
+                line = f" (line {diagnostic.line})" if diagnostic.line is not None else ""
+                return reason + line
+    return None
+
+
 # --------------------------------------------------------------------------- the guarded verifier
 
 
@@ -319,6 +493,9 @@ class GuardedVerifier:
         result: VerifyResult = await self.inner.verify(candidate, task)
         if result.status is not VerifyStatus.VERIFIED:
             return result
+        reason = trusted_warning(self.dialect, result)
+        if reason:
+            return result.model_copy(update={"status": VerifyStatus.REJECTED, "reason": reason, "score": -1.0})
         reason = await probe_check(self.dialect, candidate.code, spec, self.inner.check)
         if reason:
             return result.model_copy(update={"status": VerifyStatus.REJECTED, "reason": reason, "score": -1.0})

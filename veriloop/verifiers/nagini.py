@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -26,8 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from veriloop.config import Settings
+from veriloop.errors import SandboxError
 from veriloop.records import Candidate, Diagnostic, Task, VerifyResult, VerifyStatus
-from veriloop.verifiers.base import infra_error, node_score
+from veriloop.sandbox.cgroups import JobCgroup
+from veriloop.sandbox.tools import DEFAULT as DEFAULT_SANDBOX
+from veriloop.sandbox.tools import ENV as TOOL_ENV
+from veriloop.sandbox.tools import JOB_DIR, ToolSandbox, joiner, release
+from veriloop.verifiers.base import infra_error, node_score, tool_sandbox
 
 WORKER = Path(__file__).with_name("nagini_worker.py")
 START_TIMEOUT_S = 600.0
@@ -83,9 +89,12 @@ class Reply:
 class NaginiWorker:
     """One supervised worker process; thread-safe, one request at a time."""
 
-    def __init__(self, python: Path, *, memory_mb: int = 3072) -> None:
+    def __init__(self, python: Path, *, memory_mb: int = 3072, sandbox: ToolSandbox | None = None) -> None:
         self.python = python
         self.memory_mb = memory_mb
+        self.sandbox = sandbox
+        self._jobs: Path | None = None
+        self._group: JobCgroup | None = None
         self.version = ""
         self.starts = 0
         self._process: subprocess.Popen[str] | None = None
@@ -101,9 +110,22 @@ class NaginiWorker:
         if not self.python.exists():
             raise WorkerError(f"Nagini's Python {self.python} is missing; run scripts/setup-verifiers.sh")
         self._lines = queue.Queue()
+        self._jobs = Path(tempfile.mkdtemp(prefix="veriloop-nagini-"))
+        argv = [str(self.python), "-u", str(WORKER)]
+        preexec = None
+        if self.sandbox is not None:
+            venv = self.python.parent.parent
+            box = self.sandbox.with_binds(venv, WORKER.parent, Path(os.path.realpath(self.python)).parent.parent)
+            try:
+                argv = box.argv(argv, self._jobs)
+            except SandboxError as exc:
+                raise WorkerError(str(exc)) from None
+            self._group = box.cgroup()
+            preexec = joiner(self._group)
         self._process = subprocess.Popen(
-            [str(self.python), "-u", str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, text=True, start_new_session=True, cwd=tempfile.gettempdir(),
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            start_new_session=True, cwd=self._jobs, preexec_fn=preexec,
+            env=dict(TOOL_ENV) if self.sandbox is not None else None,
         )  # fmt: skip
         self.starts += 1
         stdout = self._process.stdout
@@ -140,21 +162,30 @@ class NaginiWorker:
                 self._start()
             return self.version
 
-    def request(self, path: str, timeout_s: float) -> Reply:
-        """Verify `path`; raises WorkerError("timeout") after `timeout_s` (the worker is then recycled)."""
+    def request(self, code: str, timeout_s: float) -> Reply:
+        """Verify the program `code`; raises WorkerError("timeout") after `timeout_s` (the worker is then recycled).
+
+        The file goes into the worker's job folder (bound at /run/job inside its sandbox) and is removed after."""
         with self._lock:
             if not self.alive:
                 self._start()
-            assert self._process is not None and self._process.stdin is not None
+            assert self._process is not None and self._process.stdin is not None and self._jobs is not None
             self._next_id += 1
+            folder = self._jobs / str(self._next_id)
+            folder.mkdir()
+            (folder / "program.py").write_text(code)
+            inside = Path(JOB_DIR if self.sandbox is not None else str(self._jobs), str(self._next_id), "program.py")
             started = time.perf_counter()
             try:
-                self._process.stdin.write(json.dumps({"id": self._next_id, "path": path}) + "\n")
+                self._process.stdin.write(json.dumps({"id": self._next_id, "path": str(inside)}) + "\n")
                 self._process.stdin.flush()
             except OSError:
                 self._stop()
                 raise WorkerError("the Nagini worker exited") from None
-            payload = self._read(timeout_s)
+            try:
+                payload = self._read(timeout_s)
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
             seconds = time.perf_counter() - started
             rss = self._rss_mb()
             if rss > self.memory_mb:
@@ -164,6 +195,13 @@ class NaginiWorker:
     def _rss_mb(self) -> float:
         if self._process is None:
             return 0.0
+        if self._group is not None:
+            peak = self._group.peak_bytes()
+            current = _current_bytes(self._group)
+            if current is not None:
+                return current / (1 << 20)
+            if peak is not None:
+                return peak / (1 << 20)
         try:
             for line in Path(f"/proc/{self._process.pid}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
@@ -174,6 +212,11 @@ class NaginiWorker:
 
     def _stop(self) -> None:
         process, self._process = self._process, None
+        group, self._group = self._group, None
+        jobs, self._jobs = self._jobs, None
+        release(group)
+        if jobs is not None:
+            shutil.rmtree(jobs, ignore_errors=True)
         if process is None:
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -189,16 +232,25 @@ class NaginiWorker:
             self._stop()
 
 
-_WORKERS: dict[tuple[str, int], NaginiWorker] = {}
+def _current_bytes(group: JobCgroup) -> int | None:
+    """The cgroup's memory in use now (memory.current, v1 usage_in_bytes): the JVM's and all it started."""
+    for name in ("memory.current", "memory.usage_in_bytes"):
+        path = group.memory_dir / name
+        with contextlib.suppress(OSError, ValueError):
+            return int(path.read_text().split()[0])
+    return None
+
+
+_WORKERS: dict[tuple[str, int, ToolSandbox | None], NaginiWorker] = {}
 _WORKERS_LOCK = threading.Lock()
 
 
-def shared_worker(python: Path, memory_mb: int = 3072) -> NaginiWorker:
-    """The process-wide warm worker for this interpreter (started on first use)."""
+def shared_worker(python: Path, memory_mb: int = 3072, sandbox: ToolSandbox | None = None) -> NaginiWorker:
+    """The process-wide warm worker for this interpreter and isolation (started on first use)."""
     with _WORKERS_LOCK:
-        key = (str(python), memory_mb)
+        key = (str(python), memory_mb, sandbox)
         if key not in _WORKERS:
-            _WORKERS[key] = NaginiWorker(python, memory_mb=memory_mb)
+            _WORKERS[key] = NaginiWorker(python, memory_mb=memory_mb, sandbox=sandbox)
         return _WORKERS[key]
 
 
@@ -252,15 +304,25 @@ class NaginiVerifier:
 
     name = "nagini"
 
-    def __init__(self, python: Path, *, timeout_s: float = 60.0, memory_mb: int = 3072) -> None:
+    def __init__(
+        self,
+        python: Path,
+        *,
+        timeout_s: float = 60.0,
+        memory_mb: int = 3072,
+        sandbox: ToolSandbox | None = DEFAULT_SANDBOX,
+    ) -> None:
         self.python = python
         self.timeout_s = timeout_s
-        self.worker = shared_worker(python, memory_mb)
+        self.worker = shared_worker(python, memory_mb, sandbox)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> NaginiVerifier:
         section = settings.verifiers
-        return cls(default_python(settings), timeout_s=section.timeout_s, memory_mb=section.nagini_memory_mb)
+        return cls(
+            default_python(settings), timeout_s=section.timeout_s, memory_mb=section.nagini_memory_mb,
+            sandbox=tool_sandbox(settings),
+        )  # fmt: skip
 
     def options(self) -> dict[str, Any]:
         return {"timeout_s": self.timeout_s, "backend": "silicon"}
@@ -287,21 +349,18 @@ class NaginiVerifier:
             version = await asyncio.to_thread(self.worker.ensure_started)
         except WorkerError as exc:
             return infra_error(self.name, "", str(exc))
-        with tempfile.TemporaryDirectory(prefix="veriloop-nagini-") as work:
-            path = Path(work, "program.py")
-            path.write_text(code)
-            started = time.perf_counter()
-            try:
-                reply = await asyncio.to_thread(self.worker.request, str(path), self.timeout_s)
-            except WorkerError as exc:
-                seconds = time.perf_counter() - started
-                if str(exc) == "timeout":
-                    return VerifyResult(
-                        status=VerifyStatus.TIMEOUT, tool=self.name, version=version, duration_s=seconds, score=-1.0,
-                        reason=f"no verdict within {self.timeout_s:g} s; the worker was recycled",
-                        diagnostics=[Diagnostic(kind="timeout", message="verification timed out")],
-                    )  # fmt: skip
-                return infra_error(self.name, version, str(exc), seconds)
+        started = time.perf_counter()
+        try:
+            reply = await asyncio.to_thread(self.worker.request, code, self.timeout_s)
+        except WorkerError as exc:
+            seconds = time.perf_counter() - started
+            if str(exc) == "timeout":
+                return VerifyResult(
+                    status=VerifyStatus.TIMEOUT, tool=self.name, version=version, duration_s=seconds, score=-1.0,
+                    reason=f"no verdict within {self.timeout_s:g} s; the worker was recycled",
+                    diagnostics=[Diagnostic(kind="timeout", message="verification timed out")],
+                )  # fmt: skip
+            return infra_error(self.name, version, str(exc), seconds)
         result = result_from_reply(code, reply.payload, version, reply.seconds)
         return result.model_copy(update={"max_rss_mb": reply.rss_mb})
 

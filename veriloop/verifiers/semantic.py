@@ -21,42 +21,102 @@ class Unsupported(Exception):
     """The clause uses something outside the integer/boolean/sequence fragment."""
 
 
-def _sort(type_text: str) -> tuple[z3.SortRef, bool] | None:
-    """Z3 sort of a declared type, and whether it is a natural number."""
-    text = type_text.replace(" ", "")
-    if text in ("int", "int32", "int64", "i32", "i64", "isize"):
-        return z3.IntSort(), False
-    if text in ("nat", "u32", "u64", "usize", "u8", "u16"):
-        return z3.IntSort(), True
+BOUNDED: dict[str, tuple[int, int]] = {
+    **{f"u{bits}": (0, 2**bits - 1) for bits in (8, 16, 32, 64, 128)},
+    **{f"i{bits}": (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) for bits in (8, 16, 32, 64, 128)},
+    "usize": (0, 2**64 - 1),
+    "isize": (-(2**63), 2**63 - 1),
+    "int32": (-(2**31), 2**31 - 1),
+    "int64": (-(2**63), 2**63 - 1),
+}
+"""Verus's machine integers (usize as on the 64-bit hosts Verus runs on) and Dafny's common newtypes."""
+
+
+def _sort(type_text: str) -> tuple[z3.SortRef, tuple[int | None, int | None] | None] | None:
+    """Z3 sort of a declared type, and the range its values lie in (None: unbounded)."""
+    text = type_text.replace(" ", "").lstrip("&").removeprefix("mut")
+    if text in ("int",):
+        return z3.IntSort(), None
+    if text == "nat":
+        return z3.IntSort(), (0, None)
+    if text in BOUNDED:
+        low, high = BOUNDED[text]
+        return z3.IntSort(), (low, high)
     if text == "bool":
-        return z3.BoolSort(), False
-    inner = re.fullmatch(r"(?:seq|array|List|list|Seq|Vec)[<\[](\w+)[>\]]", text)
+        return z3.BoolSort(), None
+    inner = re.fullmatch(r"(?:seq|array|List|list|Seq|Vec|\[)[<\[]?(\w+)[>\]]", text)
     if inner:
         element = _sort(inner.group(1))
         if element is not None:
-            return z3.SeqSort(element[0]), False
+            return z3.SeqSort(element[0]), None
     return None
 
 
+def _function_sort(type_text: str) -> Any | None:
+    """`T1,T2->R` as an uninterpreted function's domain and range (the closure keeps its definition fixed)."""
+    params, _, result = type_text.rpartition("->")
+    domain = []
+    for part in [p for p in params.split(";") if p.strip()]:
+        sort = _sort(part)
+        if sort is None:
+            return None
+        domain.append(sort[0])
+    ranged = _sort(result)
+    if ranged is None:
+        return None
+    return domain, ranged[0]
+
+
 class Env:
-    """Typed Z3 constants for a contract's parameters and results, plus their range facts (nat >= 0)."""
+    """Typed Z3 constants for a contract's parameters and results, plus their range facts (nat >= 0, u8 < 256);
+    names ending in `(` are the task's functions, uninterpreted."""
 
     def __init__(self, names: dict[str, str], prefix: str = "") -> None:
         self.vars: dict[str, Any] = {}
         self.facts: list[Any] = []
         for name, type_text in names.items():
+            if name.endswith("("):
+                signature = _function_sort(type_text)
+                if signature is not None:
+                    self.vars[name] = z3.Function(prefix + name[:-1], *signature[0], signature[1])
+                continue
             sort = _sort(type_text)
             if sort is None:
                 continue
             const = z3.Const(prefix + name, sort[0])
             self.vars[name] = const
-            if sort[1]:
-                self.facts.append(const >= 0)
+            old = z3.Const(prefix + "old!" + name, sort[0])
+            self.vars["old!" + name] = old
+            if sort[1] is not None:
+                for value in (const, old):
+                    self.facts += _in_range(value, sort[1])
+            element = _element_range(type_text)
+            if element is not None:
+                for value in (const, old):
+                    index = z3.Int(f"{prefix}{name}!index")
+                    within = z3.And(0 <= index, index < z3.Length(value))
+                    self.facts.append(z3.ForAll([index], z3.Implies(within, z3.And(*_in_range(value[index], element)))))
+
+
+def _in_range(value: Any, bounds: tuple[int | None, int | None]) -> list[Any]:
+    low, high = bounds
+    return [fact for fact in (value >= low if low is not None else None, value <= high if high is not None else None)
+            if fact is not None]  # fmt: skip
+
+
+def _element_range(type_text: str) -> tuple[int | None, int | None] | None:
+    """The range of a sequence's elements (Vec<u8>: 0..255), or None."""
+    inner = re.fullmatch(r"(?:seq|array|List|list|Seq|Vec|\[)[<\[]?(\w+)[>\]]", type_text.replace(" ", "").lstrip("&"))
+    if inner is None:
+        return None
+    element = _sort(inner.group(1))
+    return element[1] if element is not None else None
 
 
 # --------------------------------------------------------------------------- Dafny expressions
 
-_DAFNY_TOKEN = re.compile(r"\s*(<==>|==>|<==|&&|\|\||==|!=|<=|>=|::|\.\.|!in\b|\d+|[A-Za-z_][\w']*|\S)")
+_DAFNY_TOKEN = re.compile(r"\s*(<==>|==>|<==|&&&|\|\|\||&&|\|\||===|==|!=|<=|>=|::|\.\.|!in\b|\d+|[A-Za-z_][\w']*|\S)")
+_MULTISET = z3.Function("multiset!int", z3.SeqSort(z3.IntSort()), z3.ArraySort(z3.IntSort(), z3.IntSort()))
 
 
 class DafnyParser:
@@ -101,19 +161,22 @@ class DafnyParser:
         return left
 
     def logic(self) -> Any:
+        if self.peek() in ("&&&", "|||"):  # Verus's bulleted conjunctions
+            self.take()
         left = self.relation()
-        while self.peek() in ("&&", "||"):
+        while self.peek() in ("&&", "||", "&&&", "|||"):
             op = self.take()
             right = self.relation()
-            left = z3.And(left, right) if op == "&&" else z3.Or(left, right)
+            left = z3.And(left, right) if op in ("&&", "&&&") else z3.Or(left, right)
         return left
 
     def relation(self) -> Any:
         first = self.additive()
         parts: list[Any] = []
         left = first
-        while self.peek() in ("==", "!=", "<", "<=", ">", ">=", "in", "!in"):
+        while self.peek() in ("==", "!=", "<", "<=", ">", ">=", "in", "!in", "==="):
             op = self.take()
+            op = "==" if op == "===" else op
             right = self.additive()
             parts.append(_compare(op, left, right))
             left = right
@@ -148,21 +211,66 @@ class DafnyParser:
 
     def postfix(self, value: Any) -> Any:
         while True:
-            if self.peek() == "[":
+            token = self.peek()
+            if token == "[":
                 self.take()
-                index = self.expr()
-                if self.peek() == "..":
-                    raise Unsupported("slices")
-                self.take("]")
-                if not z3.is_seq(value):
-                    raise Unsupported("indexing a non-sequence")
-                value = value[index]
-            elif self.peek() == "." and self.pos + 1 < len(self.tokens) and self.tokens[self.pos + 1] == "Length":
+                value = self.index(value)
+            elif token == "@":  # Verus's view of a Vec or slice: the sequence itself here
+                self.take()
+            elif token == "as":  # Verus casts to int/nat: the mathematical value is the same
                 self.take()
                 self.take()
-                value = z3.Length(value)
+            elif token == "." and self.pos + 1 < len(self.tokens):
+                member = self.tokens[self.pos + 1]
+                if member == "Length":
+                    self.pos += 2
+                    value = self._length(value)
+                elif member in ("len", "subrange", "to_multiset", "view") and self._at(self.pos + 2, "("):
+                    self.pos += 3
+                    args = []
+                    while self.peek() != ")":
+                        args.append(self.expr())
+                        if self.peek() == ",":
+                            self.take()
+                    self.take(")")
+                    value = self._method(value, member, args)
+                else:
+                    raise Unsupported(f"member {member!r}")
             else:
                 return value
+
+    def _at(self, pos: int, token: str) -> bool:
+        return pos < len(self.tokens) and self.tokens[pos] == token
+
+    @staticmethod
+    def _length(value: Any) -> Any:
+        if not z3.is_seq(value):
+            raise Unsupported("length of a non-sequence")
+        return z3.Length(value)
+
+    def _method(self, value: Any, member: str, args: list[Any]) -> Any:
+        if member == "len" and not args:
+            return self._length(value)
+        if member == "view" and not args:
+            return value
+        if member == "subrange" and len(args) == 2:
+            return _slice(value, args[0], args[1])
+        if member == "to_multiset" and not args:
+            return _multiset(value)
+        raise Unsupported(f"method {member}")
+
+    def index(self, value: Any) -> Any:
+        """After `[`: an index `a[i]`, or a slice `a[i..j]`, `a[..j]`, `a[i..]`, `a[..]`."""
+        low = None if self.peek() == ".." else self.expr()
+        if self.peek() == "..":
+            self.take()
+            high = None if self.peek() == "]" else self.expr()
+            self.take("]")
+            return _slice(value, low, high)
+        self.take("]")
+        if not z3.is_seq(value) or low is None:
+            raise Unsupported("indexing a non-sequence")
+        return value[low]
 
     def primary(self) -> Any:
         token = self.take()
@@ -188,11 +296,38 @@ class DafnyParser:
             then = self.expr()
             self.take("else")
             return z3.If(cond, then, self.expr())
+        if token == "old" and self.peek() == "(":
+            self.take()
+            saved = self.env
+            self.env = {**saved, **{k[4:]: v for k, v in saved.items() if k.startswith("old!")}}
+            value = self.expr()
+            self.env = saved
+            self.take(")")
+            return value
+        if token == "multiset" and self.peek() == "(":
+            self.take()
+            value = self.expr()
+            self.take(")")
+            return _multiset(value)
         if token in self.env and self.peek() != "(":
             return self.env[token]
+        if token + "(" in self.env and self.peek() == "(":
+            self.take()
+            args = []
+            while self.peek() != ")":
+                args.append(self.expr())
+                if self.peek() == ",":
+                    self.take()
+            self.take(")")
+            function = self.env[token + "("]
+            if len(args) != function.arity():
+                raise Unsupported(f"{token} with {len(args)} arguments")
+            return function(*args)
         raise Unsupported(f"name {token!r}")
 
     def quantifier(self, kind: str) -> Any:
+        if self.peek() == "|":  # Verus: forall|i: int, j: int| body
+            return self.verus_quantifier(kind)
         names = [self.take()]
         while self.peek() == ",":
             self.take()
@@ -215,6 +350,42 @@ class DafnyParser:
             return z3.ForAll(bound, z3.Implies(guard, body) if guard is not None else body)
         return z3.Exists(bound, z3.And(guard, body) if guard is not None else body)
 
+    def verus_quantifier(self, kind: str) -> Any:
+        self.take("|")
+        names = []
+        while self.peek() != "|":
+            name = self.take()
+            if self.peek() == ":":
+                self.take()
+                if self.take() not in ("int", "nat"):
+                    raise Unsupported("quantifier over a non-integer")
+            names.append(name)
+            if self.peek() == ",":
+                self.take()
+        self.take("|")
+        saved = dict(self.env)
+        bound = [z3.Int(f"{name}!{self.pos}") for name in names]
+        self.env.update(zip(names, bound, strict=True))
+        body = self.expr()
+        self.env = saved
+        return z3.ForAll(bound, body) if kind == "forall" else z3.Exists(bound, body)
+
+
+def _slice(value: Any, low: Any | None, high: Any | None) -> Any:
+    if not z3.is_seq(value):
+        raise Unsupported("slicing a non-sequence")
+    start = low if low is not None else z3.IntVal(0)
+    end = high if high is not None else z3.Length(value)
+    return z3.SubSeq(value, start, end - start)
+
+
+def _multiset(value: Any) -> Any:
+    """Dafny's multiset(s), Verus's s.to_multiset(): an uninterpreted function of the sequence (equal sequences,
+    equal multisets), enough to see that two clauses state the same permutation property."""
+    if not z3.is_seq(value) or value.sort() != z3.SeqSort(z3.IntSort()):
+        raise Unsupported("multiset of a non-integer sequence")
+    return _MULTISET(value)
+
 
 def _compare(op: str, left: Any, right: Any) -> Any:
     if op in ("in", "!in"):
@@ -236,7 +407,7 @@ def _compare(op: str, left: Any, right: Any) -> Any:
 def dafny_term(text: str, env: dict[str, Any]) -> Any:
     try:
         term = DafnyParser(text, env).parse()
-    except z3.Z3Exception as exc:
+    except (z3.Z3Exception, TypeError, AttributeError, RecursionError) as exc:
         raise Unsupported(str(exc)) from None
     if not z3.is_bool(term):
         raise Unsupported("not a boolean")
@@ -249,7 +420,7 @@ def dafny_term(text: str, env: dict[str, Any]) -> Any:
 def python_term(text: str, env: dict[str, Any]) -> Any:
     try:
         term = _py(ast.parse(text, mode="eval").body, env)
-    except (z3.Z3Exception, SyntaxError) as exc:
+    except (z3.Z3Exception, SyntaxError, TypeError, AttributeError, RecursionError) as exc:
         raise Unsupported(str(exc)) from None
     if not z3.is_bool(term):
         raise Unsupported("not a boolean")
@@ -300,6 +471,10 @@ def _py(node: ast.AST, env: dict[str, Any]) -> Any:
         name, args = node.func.id, node.args
         if name == "Result" and not args and "Result()" in env:
             return env["Result()"]
+        if name == "Old" and len(args) == 1:
+            return _py(args[0], {**env, **{k[4:]: v for k, v in env.items() if k.startswith("old!")}})
+        if name + "(" in env and len(args) == env[name + "("].arity():
+            return env[name + "("](*[_py(a, env) for a in args])
         if name == "len" and len(args) == 1:
             return z3.Length(_py(args[0], env))
         if name == "Implies" and len(args) == 2:
@@ -308,6 +483,10 @@ def _py(node: ast.AST, env: dict[str, Any]) -> Any:
         value = _py(node.value, env)
         if z3.is_seq(value) and not isinstance(node.slice, ast.Slice):
             return value[_py(node.slice, env)]
+        if z3.is_seq(value) and isinstance(node.slice, ast.Slice) and node.slice.step is None:
+            low = _py(node.slice.lower, env) if node.slice.lower is not None else None
+            high = _py(node.slice.upper, env) if node.slice.upper is not None else None
+            return _slice(value, low, high)
     if isinstance(node, ast.IfExp):
         return z3.If(_py(node.test, env), _py(node.body, env), _py(node.orelse, env))
     raise Unsupported(ast.unparse(node))
@@ -377,3 +556,18 @@ def satisfiable(names: dict[str, str], clauses: Sequence[str], translate: Transl
     solver.add(*env.facts, term)
     verdict = solver.check()
     return True if verdict == z3.sat else False if verdict == z3.unsat else None
+
+
+def same_value(names: dict[str, str], premises: Sequence[str], left: str, right: str) -> bool | None:
+    """Whether two Dafny expressions (a function's old and new body) agree wherever the premises hold."""
+    env = Env(names)
+    try:
+        pre = _conj(premises, env.vars, dafny_term)
+        a = DafnyParser(left.strip(), env.vars).parse()
+        b = DafnyParser(right.strip(), env.vars).parse()
+        if a.sort() != b.sort():
+            return None
+        claim = z3.Implies(pre, a == b)
+    except (Unsupported, z3.Z3Exception, TypeError, AttributeError, RecursionError):
+        return None
+    return _valid(claim, env.facts)

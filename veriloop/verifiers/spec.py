@@ -64,6 +64,8 @@ class Contract:
     """Offsets of the body's opening brace and closing brace (Dafny/Verus), or first/last body line (Python)."""
     header: tuple[int, int] = (0, 0)
     attributes: list[str] = field(default_factory=list)
+    frames: dict[str, list[str]] = field(default_factory=dict)
+    """`reads`, `modifies` and `decreases` clauses (Dafny; Verus `decreases`), each as written."""
 
     @property
     def has_loop(self) -> bool:
@@ -119,7 +121,8 @@ def _body_open(text: str, start: int) -> int | None:
                 continue
             before = text[start:index].rstrip()
             operand_next = before[-1:] in set("=<>+-*,(|&!:") and not re.search(r"\bdecreases\s*\*$", before)
-            if not before or (not operand_next and not re.search(r"\b(in|then|else)$", before)):
+            display = re.search(r"\b(in|then|else|multiset|set|iset|map|imap|seq)$", before)
+            if not before or (not operand_next and not display):
                 return index
             index = _match_close(text, index, "{", "}") + 1
             continue
@@ -170,6 +173,8 @@ def dafny_contracts(code: str) -> list[Contract]:
                 contract.requires.append(body)
             elif clause.group(1) == "ensures":
                 contract.ensures.append(body)
+            else:
+                contract.frames.setdefault(clause.group(1), []).append(body)
         if body_open is not None:
             body_close = _match_close(text, body_open, "{", "}")
             contract.body = (body_open, body_close)
@@ -182,8 +187,15 @@ def dafny_contracts(code: str) -> list[Contract]:
 def _header_end(text: str, start: int) -> int:
     stop = DAFNY_STOP.search(text, start)
     end = stop.start() if stop else len(text)
-    brace = text.find("}", start, end)  # the enclosing class or module closes
-    return brace if brace >= 0 else end
+    depth = 0
+    for index in range(start, end):  # the enclosing class or module closes (a `}` not closing a display)
+        if text[index] == "{":
+            depth += 1
+        elif text[index] == "}":
+            depth -= 1
+            if depth < 0:
+                return index
+    return end
 
 
 # --------------------------------------------------------------------------- Verus
@@ -216,6 +228,8 @@ def verus_contracts(code: str) -> list[Contract]:
                 contract.requires += clauses
             elif section.group(1) == "ensures":
                 contract.ensures += clauses
+            elif section.group(1) == "decreases":
+                contract.frames.setdefault("decreases", []).extend(clauses)
         if body_open >= 0:
             body_close = _match_close(text, body_open, "{", "}")
             contract.body = (body_open, body_close)

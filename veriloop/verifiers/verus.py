@@ -19,7 +19,9 @@ from typing import Any
 
 from veriloop.config import Settings
 from veriloop.records import Candidate, Diagnostic, Task, VerifyResult, VerifyStatus
-from veriloop.verifiers.base import infra_error, node_score, run_tool, tool_version
+from veriloop.sandbox.tools import DEFAULT as DEFAULT_SANDBOX
+from veriloop.sandbox.tools import ToolSandbox
+from veriloop.verifiers.base import infra_error, node_score, run_tool, tool_sandbox, tool_version
 
 SOURCE = "program.rs"
 _BLOCK = re.compile(r"^(error|warning|note)(?:\[\w+\])?: (.+)$")
@@ -201,8 +203,10 @@ class VerusVerifier:
         timeout_s: float = 60.0,
         multiple_errors: int = 100,
         cache_dir: Path | None = None,
+        sandbox: ToolSandbox | None = DEFAULT_SANDBOX,
     ) -> None:
         self.command = command
+        self.sandbox = sandbox
         self.timeout_s = timeout_s
         self.multiple_errors = multiple_errors
         self.cache_dir = cache_dir
@@ -212,8 +216,10 @@ class VerusVerifier:
     @classmethod
     def from_settings(cls, settings: Settings) -> VerusVerifier:
         section = settings.verifiers
+        found = shutil.which(section.verus)
         return cls(section.verus, timeout_s=section.timeout_s, multiple_errors=section.verus_multiple_errors,
-                   cache_dir=settings.paths.cache_dir)  # fmt: skip
+                   cache_dir=settings.paths.cache_dir,
+                   sandbox=tool_sandbox(settings, *([Path(found).resolve().parent] if found else [])))  # fmt: skip
 
     @property
     def available(self) -> bool:
@@ -246,7 +252,7 @@ class VerusVerifier:
         argv = [self.command, SOURCE, "--multiple-errors", str(self.multiple_errors)]
         if await self._json_supported():
             argv.append("--output-json")
-        run = await asyncio.to_thread(run_tool, argv, {SOURCE: code}, timeout_s=self.timeout_s)
+        run = await asyncio.to_thread(run_tool, argv, {SOURCE: code}, timeout_s=self.timeout_s, sandbox=self.sandbox)
         if run.returncode is None and not run.timed_out:
             return infra_error(self.name, version, run.stderr, run.wall_s)
         result = judge(run.returncode, run.timed_out, run.stdout, run.stderr)
