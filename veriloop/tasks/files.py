@@ -153,7 +153,7 @@ def read_file(path: Path) -> tuple[list[tuple[int, Any]], str]:
     return _jsonl(raw, str(path)), digest
 
 
-def read_dataset(source: Source) -> tuple[list[tuple[int, Any]], str, str]:
+def read_dataset(source: Source) -> tuple[list[tuple[int, Any]], str, str | None]:
     """(numbered rows, fingerprint, split) of a `datasets` folder (save_to_disk) or hub dataset."""
     try:
         import datasets
@@ -176,7 +176,7 @@ def read_dataset(source: Source) -> tuple[list[tuple[int, Any]], str, str]:
             raise ConfigError(f"dataset {source.location} has splits {', '.join(splits)}: name one as hf:NAME:SPLIT")
         loaded = loaded[split]
     else:
-        split = source.split or "train"
+        split = source.split or (None if folder.is_dir() else "test")
     rows = list(enumerate((dict(row) for row in loaded), start=1))
     return rows, str(getattr(loaded, "_fingerprint", "") or ""), split
 
