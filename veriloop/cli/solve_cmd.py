@@ -288,6 +288,8 @@ def solve(
     with TrajectoryStore.from_settings(settings) as store:
         program, node = final_program(store, attempt)
     verdict = verdict_of(plan, attempt, node)
+    if program is not None and code.endswith("\n") and not program.endswith("\n"):
+        program += "\n"  # extracted code blocks lose the final newline; keep the file's
     diff = unified(code, program, file.name) if program is not None else ""
     if out is not None and program is not None:
         out.write_text(program, encoding="utf-8")
