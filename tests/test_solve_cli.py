@@ -44,7 +44,7 @@ def test_the_method_follows_the_file_and_the_flags(tmp_path: Path) -> None:
     assert _plan(tmp_path / "a.cpp", "int f() { return 1; }", to="python", tests="#TOFILL\n") == "f2strans"
     with pytest.raises(ConfigError, match="pass --tests FILE"):
         _plan(tmp_path / "a.cpp", "int f() { return 1; }", to="python")
-    with pytest.raises(ConfigError, match="cannot tell the language of a.txt"):
+    with pytest.raises(ConfigError, match=r"cannot tell the language of a\.txt"):
         _plan(tmp_path / "a.txt", "x")
     with pytest.raises(ConfigError, match="does not parse as Python \\(line 1"):
         _plan(tmp_path / "a.py", "def f(:\n", tests="assert True\n")

@@ -45,7 +45,7 @@ async def _run(settings: Settings, task: Task, code: str) -> ExecStatus:
 
 HUMANEVAL_ROW = {
     "task_id": "HumanEval/900",
-    "prompt": "def inc(x: int) -> int:\n    \"\"\"Return x + 1.\"\"\"\n",
+    "prompt": 'def inc(x: int) -> int:\n    """Return x + 1."""\n',
     "canonical_solution": "    return x + 1\n",
     "test": "def check(candidate):\n    assert candidate(1) == 2\n    assert candidate(-1) == 0\n",
     "entry_point": "inc",
@@ -125,7 +125,8 @@ async def test_apps_codecontests_and_livecodebench(tmp_path: Path, settings: Set
     packed = base64.b64encode(zlib.compress(pickle.dumps(private))).decode()
     lcb = {"question_title": "Twice", "question_content": "Print 2n.", "question_id": "abc1", "platform": "atcoder",
            "public_test_cases": json.dumps([{"input": "1\n", "output": "2\n", "testtype": "stdin"}]),
-           "private_test_cases": packed, "starter_code": "", "difficulty": "easy", "contest_date": "2024-01-01"}  # fmt: skip
+           "private_test_cases": packed, "starter_code": "", "difficulty": "easy",
+           "contest_date": "2024-01-01"}  # fmt: skip
     [twice] = load_suite(_file(tmp_path, "lcb.jsonl", [lcb]), settings).tasks
     assert twice.id == "livecodebench/abc1" and twice.metadata["stdio_cases"] == 2
     hostile = base64.b64encode(zlib.compress(pickle.dumps(Path("/etc/passwd")))).decode()
@@ -148,7 +149,8 @@ def test_transcoder_rows_with_test_programs_beside_the_file(tmp_path: Path, sett
     folder = tmp_path / "transcoder_evaluation_gfg" / "python"
     folder.mkdir(parents=True)
     (folder / "ADD_ONE.py").write_text(script)
-    rows = [{"id": "ADD_ONE", "cpp": "int addOne(int x) { return x + 1; }", "python": "def addOne(x):\n    return x + 1"},
+    rows = [{"id": "ADD_ONE", "cpp": "int addOne(int x) { return x + 1; }",
+             "python": "def addOne(x):\n    return x + 1"},
             {"id": "INLINE", "cpp": "int f(int x) { return x; }", "java": "static int f(int x) { return x; }",
              "tests": {"python": script}}]  # fmt: skip
     suite = load_suite(_file(tmp_path, "samples.jsonl", rows), settings)
@@ -177,5 +179,5 @@ def test_mbpp_offline_says_what_to_do(settings: Settings) -> None:
     def offline(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("no network", request=request)
 
-    with pytest.raises(ConfigError, match="could not be fetched .* set paths.data_dir"):
+    with pytest.raises(ConfigError, match=r"could not be fetched .* set paths\.data_dir"):
         data_file(settings, httpx.MockTransport(offline))

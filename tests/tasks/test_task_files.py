@@ -92,8 +92,9 @@ def test_jsonl_json_and_parquet_give_the_same_suite(tmp_path: Path, settings: Se
     assert from_jsonl.tasks[3].metadata == {"topic": "strings"}
 
 
-def test_bad_rows_are_reported_by_row_and_field_and_nothing_is_stored(tmp_path: Path, settings: Settings,
-                                                                      capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_bad_rows_are_reported_by_row_and_field_and_nothing_is_stored(
+    tmp_path: Path, settings: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
     rows = [
         FIVE[0],
         {"id": "t2", "prompt": "", "tests": "assert True"},

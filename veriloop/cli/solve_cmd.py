@@ -27,7 +27,7 @@ import typer
 from veriloop.cli.app import JsonFlag, app, emit, state
 from veriloop.config import Settings
 from veriloop.errors import ConfigError, NotFoundError, VerifierError
-from veriloop.records import Attempt, Candidate, Node, Run, Task, VerifyStatus
+from veriloop.records import Attempt, Candidate, Node, Run, VerifyStatus
 
 if TYPE_CHECKING:
     from veriloop.store import TrajectoryStore
@@ -162,7 +162,11 @@ async def precheck(settings: Settings, plan: Plan, code: str) -> VerifyStatus | 
         await verifier.aclose()
     if result.status is VerifyStatus.SYNTAX_ERROR:
         first = next((d for d in result.diagnostics if d.severity == "error"), None)
-        where = f" (line {first.line}: {first.message})" if first and first.line else (f": {first.message}" if first else "")
+        where = (
+            f" (line {first.line}: {first.message})"
+            if first and first.line
+            else (f": {first.message}" if first else "")
+        )
         raise ConfigError(f"the program does not parse for {plan.target}{where}; fix the syntax first")
     if result.status is VerifyStatus.INFRA_ERROR:
         raise VerifierError(f"{plan.target} could not check the program: {result.reason or 'tool failure'}")
@@ -252,7 +256,9 @@ def solve(
         Path | None, typer.Option("--tests", help="Python tests to repair against (μCode), or the --to test program.")
     ] = None,
     to: Annotated[str | None, typer.Option("--to", help="Translate into this language (F2STrans).")] = None,
-    source: Annotated[str | None, typer.Option("--from", help="The file's language (default: from its suffix).")] = None,
+    source: Annotated[
+        str | None, typer.Option("--from", help="The file's language (default: from its suffix).")
+    ] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Write the final program here.")] = None,
     width: Annotated[int, typer.Option("--width", min=1, max=64, help="Treefinement width (proofs).")] = 4,
     depth: Annotated[int, typer.Option("--depth", min=1, max=16, help="Treefinement depth (proofs).")] = 2,

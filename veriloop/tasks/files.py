@@ -41,7 +41,9 @@ class TaskFileError(ConfigError):
         self.problems = list(problems)
         shown = "\n  ".join(self.problems[:MAX_REPORTED])
         more = f"\n  ... and {len(self.problems) - MAX_REPORTED} more" if len(self.problems) > MAX_REPORTED else ""
-        super().__init__(f"{source}: {len(self.problems)} problem(s) in {rows} row(s); nothing was loaded\n  {shown}{more}")
+        super().__init__(
+            f"{source}: {len(self.problems)} problem(s) in {rows} row(s); nothing was loaded\n  {shown}{more}"
+        )
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,7 @@ def _json(raw: bytes, where: str) -> list[tuple[int, Any]]:
     if isinstance(data, dict):
         data = [data]
     if not isinstance(data, list):
-        raise TaskFileError(where, ["expected a list of task objects (or {\"tasks\": [...]})"], 0)
+        raise TaskFileError(where, ['expected a list of task objects (or {"tasks": [...]})'], 0)
     return list(enumerate(data, start=1))
 
 

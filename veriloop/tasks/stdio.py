@@ -16,7 +16,7 @@ STDIO_NOTE = (
     'reads and prints under `if __name__ == "__main__":`.'
 )
 
-HELPER = '''def _veriloop_stdio(stdin):
+HELPER = """def _veriloop_stdio(stdin):
     import contextlib, io, sys
     with open("solution.py") as handle:
         source = handle.read()
@@ -32,7 +32,7 @@ HELPER = '''def _veriloop_stdio(stdin):
     finally:
         sys.stdin = saved
     return "\\n".join(line.rstrip() for line in out.getvalue().rstrip().splitlines())
-'''
+"""
 
 
 def normalise(text: str) -> str:

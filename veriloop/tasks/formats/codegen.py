@@ -1,4 +1,4 @@
-"""Function-writing formats: veriloop's own rows, HumanEval, MBPP (original and sanitized), EvalPlus HumanEval+/MBPP+."""
+"""Function-writing formats: veriloop rows, HumanEval, MBPP (original and sanitized), EvalPlus (HumanEval+, MBPP+)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ def task_row(task: Task) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- veriloop's own schema
 
+
 def _native_detect(row: Row) -> bool:
     """Checked last: any row with an id or a prompt (and no other format's keys) is meant as a veriloop row, so its
     typos are reported field by field."""
@@ -29,7 +30,9 @@ def _native_convert(row: Row, _: Context) -> dict[str, Any]:
     return dict(row)
 
 
-NATIVE = Format("veriloop", _native_detect, _native_convert, "this project's task-file schema (`veriloop suites schema`)")
+NATIVE = Format(
+    "veriloop", _native_detect, _native_convert, "this project's task-file schema (`veriloop suites schema`)"
+)
 
 
 # --------------------------------------------------------------------------- HumanEval

@@ -38,14 +38,14 @@ for _args in _json.loads({inputs!r}):
 _sys.stdout.write({mark!r} + _json.dumps(_results) + "\\n")
 """
 
-CLOSE = '''def _veriloop_close(a, b, atol):
+CLOSE = """def _veriloop_close(a, b, atol):
     import math
     if isinstance(a, float) or isinstance(b, float):
         return isinstance(a, (int, float)) and isinstance(b, (int, float)) and math.isclose(a, b, abs_tol=atol)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return type(a) is type(b) and len(a) == len(b) and all(_veriloop_close(x, y, atol) for x, y in zip(a, b))
     return a == b
-'''
+"""
 
 
 def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
