@@ -85,7 +85,9 @@ def create_run(
         "sandbox": settings.sandbox.backend,
         **(extra or {}),
     }
-    return store.create_run(Run(agent=agent, suite=suite, model=settings.llm.model, settings=run_settings))
+    from veriloop.tasks.files import suite_key  # a task file is stored by its absolute path, to resume from anywhere
+
+    return store.create_run(Run(agent=agent, suite=suite_key(suite), model=settings.llm.model, settings=run_settings))
 
 
 async def execute_run(

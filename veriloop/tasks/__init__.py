@@ -1,5 +1,5 @@
-"""Task suites: named, versioned lists of Task records loaded from packaged or shared data."""
+"""Task suites: named, versioned lists of Task records loaded from packages, downloads, task files or datasets."""
 
-from veriloop.tasks.base import SUITES, Suite, load_suite
+from veriloop.tasks.base import ORIGINS, SUITES, Suite, load_suite
 
-__all__ = ["SUITES", "Suite", "load_suite"]
+__all__ = ["ORIGINS", "SUITES", "Suite", "load_suite"]

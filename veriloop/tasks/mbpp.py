@@ -1,4 +1,7 @@
-"""MBPP (Austin et al. 2021) from the data folder's `mbpp/mbpp.jsonl`, with μCode's public/private tests.
+"""MBPP (Austin et al. 2021) with μCode's public/private tests.
+
+Data: `data_dir/mbpp/mbpp.jsonl` when the data folder is set, else `MBPP_URL` (google-research's copy),
+downloaded once into the cache folder.
 
 Splits are MBPP's own, by task id: `mbpp` is the test split (11-510, 500 problems) and
 `mbpp-train` the training split (601-974, 374 problems; 1-10 are few-shot prompts and 511-600
@@ -22,6 +25,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from veriloop.config import Settings
 from veriloop.errors import ConfigError
 from veriloop.records import Task
@@ -31,14 +36,37 @@ TEST_IDS = range(11, 511)
 TRAIN_IDS = range(601, 975)
 
 
-def data_file(settings: Settings) -> Path:
+MBPP_URL = "https://raw.githubusercontent.com/google-research/google-research/master/mbpp/mbpp.jsonl"
+"""Where MBPP comes from for a user without the data folder (CC-BY-4.0); fetched once into the cache."""
+
+
+def download(url: str, target: Path, transport: httpx.BaseTransport | None = None) -> Path:
+    """Fetch `url` into `target` (atomically); a clear ConfigError when the machine is offline."""
+    try:
+        with httpx.Client(transport=transport, follow_redirects=True, timeout=60.0) as client:
+            response = client.get(url)
+            response.raise_for_status()
+    except httpx.HTTPError as exc:
+        raise ConfigError(
+            f"MBPP is not in the cache and {url} could not be fetched ({exc}); download mbpp.jsonl yourself and set "
+            "paths.data_dir (VERILOOP_PATHS__DATA_DIR) to a folder holding mbpp/mbpp.jsonl"
+        ) from None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temp = target.with_suffix(".part")
+    temp.write_bytes(response.content)
+    temp.replace(target)
+    return target
+
+
+def data_file(settings: Settings, transport: httpx.BaseTransport | None = None) -> Path:
+    """`data_dir/mbpp/mbpp.jsonl` when the data folder has it, else the cached download of MBPP_URL."""
     folder = settings.paths.data_dir
-    if folder is None:
-        raise ConfigError("MBPP is read from the data folder: set paths.data_dir (VERILOOP_PATHS__DATA_DIR)")
-    path = Path(folder) / "mbpp" / "mbpp.jsonl"
-    if not path.is_file():
-        raise ConfigError(f"MBPP data file {path} does not exist")
-    return path
+    if folder is not None:
+        path = Path(folder) / "mbpp" / "mbpp.jsonl"
+        if path.is_file():
+            return path
+    cached = settings.paths.cache_dir / "suites" / "mbpp" / "mbpp.jsonl"
+    return cached if cached.is_file() else download(MBPP_URL, cached, transport)
 
 
 def entry_point(row: dict[str, Any]) -> str | None:

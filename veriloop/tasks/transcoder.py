@@ -75,7 +75,7 @@ def function_name(code: str, language: str) -> str:
     return ""
 
 
-def _task(suite: str, ident: str, functions: dict[str, str], tests: dict[str, str], dataset: str) -> Task:
+def transcoder_task(suite: str, ident: str, functions: dict[str, str], tests: dict[str, str], dataset: str) -> Task:
     target = DEFAULT_TARGET if DEFAULT_TARGET in tests else sorted(tests)[0]
     source = DEFAULT_SOURCE if DEFAULT_SOURCE in functions else sorted(functions)[0]
     return Task(
@@ -114,7 +114,7 @@ def load_unitrans(settings: Settings) -> Suite:
             if script.is_file():
                 tests[lang] = results_on_own_line(script.read_text(encoding="utf-8", errors="replace"))
         if tests and functions:
-            tasks.append(_task("transcoder", str(item["id"]), functions, tests, "unitrans"))
+            tasks.append(transcoder_task("transcoder", str(item["id"]), functions, tests, "unitrans"))
     return Suite("transcoder", "unitrans@e0bbac5", tuple(tasks), source=str(root))
 
 
@@ -173,7 +173,7 @@ def load_gfg(settings: Settings) -> Suite:
             if gold:
                 functions[lang], tests[lang] = gold, script
         if tests:
-            tasks.append(_task("transcoder-gfg", str(item["id"]), functions, tests, "codegen-gfg"))
+            tasks.append(transcoder_task("transcoder-gfg", str(item["id"]), functions, tests, "codegen-gfg"))
     return Suite("transcoder-gfg", "codegen@e3e8855", tuple(tasks), source=str(root))
 
 

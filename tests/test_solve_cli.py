@@ -1,0 +1,165 @@
+"""`veriloop solve FILE`: method choice, clear refusals, and the real Dafny filling in a removed loop invariant."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from veriloop.cli import main
+from veriloop.cli.solve_cmd import plan_solve
+from veriloop.config import load_settings
+from veriloop.errors import ConfigError
+from veriloop.records import Prompt
+from veriloop.store import TrajectoryStore
+from veriloop.testing import ScriptedBackend, prompt_text
+
+needs_dafny = pytest.mark.skipif(shutil.which("dafny") is None, reason="dafny is not installed (Debian package dafny)")
+
+NO_INVARIANT = """method CountUp(n: nat) returns (i: nat)
+  ensures i == n
+{
+  i := 0;
+  while i < n
+  {
+    i := i + 1;
+  }
+}
+"""
+WITH_INVARIANT = NO_INVARIANT.replace("  while i < n\n", "  while i < n\n    invariant i <= n\n")
+WEAKENED = WITH_INVARIANT.replace("  ensures i == n\n", "  ensures i >= 0\n")
+
+
+def _plan(path: Path, code: str, **flags: str | None) -> str:
+    options = {"spec": None, "tests": None, "to": None, "source": None, **flags}
+    return plan_solve(path, code, width=2, depth=1, turns=1, n=1, max_tokens=64, **options).method  # type: ignore[arg-type]
+
+
+def test_the_method_follows_the_file_and_the_flags(tmp_path: Path) -> None:
+    assert _plan(tmp_path / "a.dfy", NO_INVARIANT) == "alphaverus"
+    assert _plan(tmp_path / "a.py", "def f():\n    return 1\n") == "alphaverus"  # Nagini
+    assert _plan(tmp_path / "a.py", "def f():\n    return 1\n", tests="assert f() == 1\n") == "mucode"
+    assert _plan(tmp_path / "a.cpp", "int f() { return 1; }", to="python", tests="#TOFILL\n") == "f2strans"
+    with pytest.raises(ConfigError, match="pass --tests FILE"):
+        _plan(tmp_path / "a.cpp", "int f() { return 1; }", to="python")
+    with pytest.raises(ConfigError, match=r"cannot tell the language of a\.txt"):
+        _plan(tmp_path / "a.txt", "x")
+    with pytest.raises(ConfigError, match="does not parse as Python \\(line 1"):
+        _plan(tmp_path / "a.py", "def f(:\n", tests="assert True\n")
+    with pytest.raises(ConfigError, match="needs --to LANG"):
+        _plan(tmp_path / "a.java", "class A {}")
+
+
+def test_missing_files_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--home", str(tmp_path), "solve", str(tmp_path / "nope.dfy")]) == 3
+    err = capsys.readouterr().err
+    assert "error: program" in err and "does not exist" in err and "Traceback" not in err
+
+
+def _invariant_model(prompt: Prompt) -> str:
+    """A scripted model that proposes the missing invariant for any prompt holding the program."""
+    assert "CountUp" in prompt_text(prompt) or any("CountUp" in m.content for m in prompt if not isinstance(m, str))
+    return f"```dafny\n{WITH_INVARIANT}```"
+
+
+@needs_dafny
+@pytest.mark.slow
+def test_solve_fills_in_a_removed_loop_invariant(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    program = tmp_path / "count.dfy"
+    program.write_text(NO_INVARIANT)
+    out = tmp_path / "fixed.dfy"
+    monkeypatch.setattr(ScriptedBackend, "from_settings", classmethod(lambda cls, s: cls([_invariant_model])))
+    home = tmp_path / "home"
+    args = ["--home", str(home), "--backend", "scripted", "solve", str(program), "--width", "1", "--depth", "1"]
+    assert main([*args, "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "verdict: verified" in captured.out
+    assert "+    invariant i <= n" in captured.out and "--- a/count.dfy" in captured.out
+    assert out.read_text() == WITH_INVARIANT and "alphaverus on" in captured.err
+    run_id = captured.out.rsplit("run id: ", 1)[1].split()[0]
+    assert main(["--home", str(home), "runs", "show", run_id, "--json"]) == 0
+    assert run_id in capsys.readouterr().out
+    with TrajectoryStore.from_settings(load_settings(paths={"home": home})) as store:
+        run = store.get_run(run_id)
+        [attempt] = store.list_attempts(run_id)
+        assert run.agent == "alphaverus" and attempt.status == "passed"
+        assert run.settings["solve"]["file"] == str(program.resolve())
+        [task] = store.list_tasks(suite=run.suite.rsplit("/", 1)[1].removesuffix(".jsonl"))
+        assert task.spec == NO_INVARIANT and task.metadata["verifier"] == "dafny"
+
+
+@needs_dafny
+@pytest.mark.slow
+def test_solve_refuses_a_proof_that_weakens_the_spec_and_a_program_that_does_not_parse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    program = tmp_path / "count.dfy"
+    program.write_text(NO_INVARIANT)
+    monkeypatch.setattr(ScriptedBackend, "from_settings",
+                        classmethod(lambda cls, s: cls([f"```dafny\n{WEAKENED}```"])))  # fmt: skip
+    home = tmp_path / "home"
+    args = ["--home", str(home), "--backend", "scripted", "solve", str(program), "--width", "1", "--depth", "1"]
+    assert main([*args, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["verdict"].startswith("not verified") and report["run_id"]
+    broken = tmp_path / "broken.dfy"
+    broken.write_text("method M( {\n}\n")
+    assert main(["--home", str(home), "solve", str(broken)]) == 2
+    err = capsys.readouterr().err
+    assert "does not parse for dafny" in err and "fix the syntax first" in err and "Traceback" not in err
+
+
+def test_solve_repairs_python_against_tests(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    program = tmp_path / "add.py"
+    program.write_text("def add(a, b):\n    return a - b\n")
+    tests = tmp_path / "test_add.py"
+    tests.write_text("assert add(1, 2) == 3\nassert add(0, 0) == 0\n")
+    reply = "```python\ndef add(a, b):\n    return a + b\n```"
+    monkeypatch.setattr(ScriptedBackend, "from_settings", classmethod(lambda cls, s: cls([reply])))
+    code = main(["--home", str(tmp_path / "home"), "--backend", "scripted", "solve", str(program), "--tests",
+                 str(tests), "--json"])  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["method"] == "mucode" and report["verdict"] == "passed"
+    assert "-    return a - b\n+    return a + b\n" in report["diff"]
+
+
+def test_solve_translates_with_f2strans(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "twice.cpp"
+    source.write_text("int twice(int x) {\n  return 2 * x;\n}\n")
+    harness = tmp_path / "harness.py"
+    harness.write_text(
+        "#TOFILL\n\nif __name__ == '__main__':\n    cases = [(1, 2), (5, 10)]\n"
+        "    passed = sum(f_filled(x) == y for x, y in cases)\n    print(f'#Results: {passed}, {len(cases)}')\n"
+    )
+    reply = "```python\ndef twice(x):\n    return 2 * x\n```"
+    monkeypatch.setattr(ScriptedBackend, "from_settings", classmethod(lambda cls, s: cls([reply])))
+    code = main(["--home", str(tmp_path / "home"), "--backend", "scripted", "solve", str(source), "--to", "python",
+                 "--tests", str(harness), "--json"])  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["method"] == "f2strans" and report["verdict"] == "passed", report
+    assert "return 2 * x" in report["program"]
+
+
+@needs_dafny
+@pytest.mark.slow
+@pytest.mark.model
+def test_solve_with_the_embedded_model_reports_what_it_gets(
+    model_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    program = tmp_path / "count.dfy"
+    program.write_text(NO_INVARIANT)
+    code = main(["--home", str(model_home), "--backend", "embedded", "solve", str(program), "--width", "1",
+                 "--depth", "1", "--max-tokens", "160", "--json"])  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["run_id"] and report["status"] == "finished"
+    assert report["verdict"] == "verified" or report["verdict"].startswith("not verified (")
+    if report["program"] is not None:
+        assert report["diff"] or report["program"] == NO_INVARIANT
