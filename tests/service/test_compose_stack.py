@@ -211,6 +211,17 @@ def test_a_run_survives_losing_its_worker_and_is_exported(stack: tuple[Stack, ht
     nodes_after = {node["id"] for node in client.get(f"/api/runs/{run_id}/nodes").json()}
     assert nodes_before <= nodes_after, f"nodes lost: {nodes_before - nodes_after}"
 
+    dashboard = client.get("/", headers={"Accept": "text/html"})
+    assert dashboard.status_code == 200 and run_id in dashboard.text
+
+    # Back up, then upgrade: the one-shot migration runs again on the live database and changes nothing.
+    backup = compose.compose("exec", "-T", "postgres", "pg_dump", "-U", "veriloop", "veriloop", timeout=300)
+    assert "CREATE TABLE public.runs" in backup.stdout and run_id in backup.stdout
+    started = time.monotonic()
+    compose.compose("run", "--rm", "migrate", timeout=900)
+    compose.timings["migrate_again"] = round(time.monotonic() - started, 1)
+    assert client.get(f"/api/runs/{run_id}").json()["summary"]["run"]["status"] == "finished"
+
     export = client.post("/api/exports", json={"kind": "preference", "run_ids": [run_id]})
     assert export.status_code == 202, export.text
     info = export.json()
