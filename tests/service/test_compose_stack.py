@@ -189,6 +189,8 @@ def test_a_run_survives_losing_its_worker_and_is_exported(stack: tuple[Stack, ht
     nodes_before = {node["id"] for node in client.get(f"/api/runs/{run_id}/nodes").json()}
     victim = [cid for cid in workers if holder.split(":")[0] == cid[:12]]
     assert len(victim) == 1, (holder, workers)
+    # It stays dead (no restart policy), so the run can only be finished by the other worker.
+    subprocess.run(["docker", "update", "--restart", "no", victim[0]], check=True, capture_output=True)
     subprocess.run(["docker", "kill", victim[0]], check=True, capture_output=True)
     killed_at = time.monotonic()
 
