@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from http import HTTPStatus
 from typing import Any
@@ -19,7 +20,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
-from starlette.routing import BaseRoute, Match
 
 from veriloop.errors import BackendError, ConfigError, NotFoundError, VeriloopError
 from veriloop.service.openai_schema import ErrorBody, ErrorResponse
@@ -37,6 +37,7 @@ ERROR_DESCRIPTIONS = {
 ERROR_SCHEMA_REF = "#/components/schemas/ErrorResponse"
 # Paths that never ask for the token (auth.OPEN_PATHS; that module imports this one).
 _OPEN_PATHS = frozenset({"/health", "/login"})
+_HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 
 
 class APIError(Exception):
@@ -94,13 +95,20 @@ def _validation_message(errors: Sequence[Mapping[str, Any]]) -> tuple[str, str |
 
 
 def allowed_methods(request: Request) -> list[str]:
-    """The methods some route of the app serves at this request's path."""
-    methods: set[str] = set()
-    for route in request.app.routes:
-        match, _ = route.matches({**request.scope, "method": "GET"})
-        if match is not Match.NONE and isinstance(route, BaseRoute):
-            methods.update(getattr(route, "methods", None) or ())
-    return sorted(methods)
+    """The methods the schema documents for this request's path (what a 405's Allow header must list)."""
+    schema = request.app.openapi()
+    path = request.url.path
+    for parameter in ("[^/]+", ".+"):  # a path parameter is one segment, except a trailing {task_id:path}
+        methods = {
+            method.upper()
+            for template, item in schema.get("paths", {}).items()
+            if re.fullmatch(re.sub(r"\\{[^}]+\\}", parameter, re.escape(template)), path)
+            for method in item
+            if method in _HTTP_METHODS
+        }
+        if methods:
+            return sorted(methods)
+    return []
 
 
 def install_error_handlers(app: FastAPI) -> None:

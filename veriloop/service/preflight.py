@@ -31,7 +31,7 @@ def is_loopback(host: str) -> bool:
             addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
         except OSError:
             return False
-        return bool(addresses) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses)
+        return bool(addresses) and all(ipaddress.ip_address(str(a).split("%")[0]).is_loopback for a in addresses)
 
 
 def check_public_bind(host: str, port: int, token: str | None) -> None:
