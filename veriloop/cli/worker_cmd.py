@@ -20,9 +20,11 @@ from veriloop.cli.app import JsonFlag, app, emit, state
 async def _work(settings: object, executor_name: str | None, once: bool, max_jobs: int | None) -> object:
     from veriloop.config import Settings
     from veriloop.service.executor import get_executor
+    from veriloop.service.preflight import check_worker
     from veriloop.service.worker import work
 
     assert isinstance(settings, Settings)
+    check_worker(settings)
     executor = get_executor(settings, executor_name)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

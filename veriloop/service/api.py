@@ -26,7 +26,7 @@ from veriloop.config import LLMSettings, Settings
 from veriloop.errors import NotFoundError, VeriloopError
 from veriloop.records import Attempt, ExecResult, Node, RegisteredModel, Run, RunStatus, VerifyResult, new_id
 from veriloop.service.deps import settings_of, store_of
-from veriloop.service.http_errors import APIError
+from veriloop.service.http_errors import APIError, error_responses, sse_event_schema
 from veriloop.service.views import RunOverview, RunPage, TaskRow, overview, progress_total, run_row, task_rows
 from veriloop.store import RunSummary, TrajectoryStore
 from veriloop.store.exports import EXPORT_FORMATS, EXPORT_KINDS, ExportFilter, ExportOptions, export
@@ -39,6 +39,22 @@ StoreDep = Annotated[TrajectoryStore, Depends(store_of)]
 SettingsDep = Annotated[Settings, Depends(settings_of)]
 
 ENDED = (RunStatus.FINISHED, RunStatus.FAILED, RunStatus.CANCELLED)
+SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "Server-sent events: `event: progress` on every change, `event: end` once the run has ended; "
+        "each `data:` is a JSON object with run_id, status, total, done, passed, nodes, tokens and pass_rate.",
+        "content": {
+            "text/event-stream": {"schema": sse_event_schema(("progress", "end"), "The run's counts as JSON.")}
+        },
+    }
+}
+DOWNLOAD_TYPES = {"jsonl": "application/jsonl", "parquet": "application/vnd.apache.parquet", "hf": "application/zip"}
+DOWNLOAD_RESPONSE: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The dataset: JSON lines, Parquet, or a zip of the Hugging Face `datasets` folder.",
+        "content": {kind: {"schema": {"type": "string", "format": "binary"}} for kind in DOWNLOAD_TYPES.values()},
+    }
+}
 
 
 class Strict(BaseModel):
@@ -164,7 +180,7 @@ def run_overview(run_id: str, store: StoreDep, settings: SettingsDep) -> RunPage
     return overview(store, store.get_run(run_id), settings)
 
 
-@router.post("/runs/{run_id}/cancel", status_code=202)
+@router.post("/runs/{run_id}/cancel", status_code=202, responses=error_responses(409))
 def cancel_run(run_id: str, store: StoreDep) -> RunWithJob:
     """A queued run ends now; a running one stops at its worker's next heartbeat."""
     run = store.get_run(run_id)
@@ -182,7 +198,7 @@ def cancel_run(run_id: str, store: StoreDep) -> RunWithJob:
     return RunWithJob(run=store.get_run(run.id), job=job)
 
 
-@router.post("/runs/{run_id}/resume", status_code=202)
+@router.post("/runs/{run_id}/resume", status_code=202, responses=error_responses(409))
 def resume_run(run_id: str, store: StoreDep) -> RunWithJob:
     """Queue a failed, cancelled or interrupted run again; finished tasks are not repeated."""
     run = store.get_run(run_id)
@@ -198,7 +214,7 @@ def resume_run(run_id: str, store: StoreDep) -> RunWithJob:
     return RunWithJob(run=store.get_run(run.id), job=job)
 
 
-@router.get("/runs/{run_id}/events")
+@router.get("/runs/{run_id}/events", response_class=StreamingResponse, responses=SSE_RESPONSE)
 async def run_events(
     run_id: str, request: Request, store: StoreDep, settings: SettingsDep, interval: float = Query(0.5, gt=0, le=30)
 ) -> StreamingResponse:
@@ -338,7 +354,7 @@ def _run_export(store: TrajectoryStore, folder: Path, info: ExportInfo, body: Ex
     _write_info(folder, info)
 
 
-@router.post("/exports", status_code=202, tags=["exports"])
+@router.post("/exports", status_code=202, tags=["exports"], responses=error_responses(404))
 def start_export(body: ExportCreate, background: BackgroundTasks, store: StoreDep, settings: SettingsDep) -> ExportInfo:
     """Start building a dataset from stored runs; poll `GET /api/exports/{id}`, then download it."""
     run_ids = [store.get_run(run_id).id for run_id in body.run_ids]  # 404 before anything is written
@@ -359,7 +375,12 @@ def export_status(export_id: str, settings: SettingsDep) -> ExportInfo:
     return _read_info(_export_dir(settings, export_id), export_id)
 
 
-@router.get("/exports/{export_id}/download", tags=["exports"], response_class=FileResponse)
+@router.get(
+    "/exports/{export_id}/download",
+    tags=["exports"],
+    response_class=FileResponse,
+    responses={**DOWNLOAD_RESPONSE, **error_responses(409)},
+)
 def download_export(export_id: str, settings: SettingsDep) -> FileResponse:
     """The dataset file: JSON lines, Parquet, or a zip of the `datasets` folder."""
     folder = _export_dir(settings, export_id)
@@ -367,7 +388,7 @@ def download_export(export_id: str, settings: SettingsDep) -> FileResponse:
     if info.status != "finished":
         raise APIError(409, f"export {export_id} is {info.status}" + (f": {info.error}" if info.error else ""))
     name = {"jsonl": f"{info.kind}.jsonl", "parquet": f"{info.kind}.parquet", "hf": f"{info.kind}.zip"}[info.format]
-    return FileResponse(folder / name, filename=name)
+    return FileResponse(folder / name, filename=name, media_type=DOWNLOAD_TYPES[info.format])
 
 
 # --------------------------------------------------------------------------- catalogue and models

@@ -14,7 +14,8 @@ import uvicorn
 from veriloop.config import Settings
 from veriloop.errors import ConfigError
 from veriloop.llm.base import get_backend
-from veriloop.service.app import create_app
+from veriloop.service.app import api_token, create_app
+from veriloop.service.preflight import check_public_bind, check_worker
 
 
 class _Server(uvicorn.Server):
@@ -67,6 +68,9 @@ async def _announce(server: _Server, info: dict[str, str], as_json: bool) -> Non
 async def serve(settings: Settings, *, as_json: bool = False) -> int | None:
     """Serve until stopped; returns the signal that stopped the server (None if it stopped by itself)."""
     host, port = settings.service.host, settings.service.port
+    check_public_bind(host, port, api_token(settings))
+    if settings.service.workers:
+        check_worker(settings)
     sock = listen(host, port)
     try:
         backend = get_backend(settings)
