@@ -69,6 +69,9 @@ IDLE_PREFILL_CHUNK = 512
 _MIN_PREFIX_REUSE = 8
 """Shared prefixes shorter than this are simply prefilled again."""
 
+CacheFactory = Callable[[PackedDecoder, int, int], KVStore]
+"""(decoder, slots, max columns) -> the KV store the batcher decodes with."""
+
 TextListener = Callable[[str], None]
 """Called on the worker thread with each new piece of a sample's text, as it is decoded."""
 
@@ -94,6 +97,9 @@ class SampleSpec:
     stop: tuple[str, ...] = ()
     seed: int | None = None
     logprobs: bool = False
+    forced: tuple[int, ...] = ()
+    """Teacher forcing: the row takes these tokens instead of choosing (with `logprobs`, the model's
+    log-probability of each is recorded), which measures perplexity through the live cache."""
 
 
 @dataclass(frozen=True)
@@ -200,7 +206,7 @@ class ContinuousBatcher:
         prefix_cache_bytes: int = 256 << 20,
         speculative: SpeculativePrefill | None = None,
         prefill_chunk: int = PREFILL_CHUNK,
-        cache_factory: Callable[[PackedDecoder, int, int], KVStore] | None = None,
+        cache_factory: CacheFactory | None = None,
         name: str = "veriloop-batcher",
     ) -> None:
         if max_batch_size < 1:
@@ -291,6 +297,8 @@ class ContinuousBatcher:
             return futures
         for row in rows:
             row.max_tokens = min(row.spec.max_tokens, self.max_context - len(prompt_ids))
+            if row.spec.forced:
+                row.max_tokens = min(row.max_tokens, len(row.spec.forced))
         with self._cond:
             if self._closed:
                 _fail(rows, BackendError("the batcher is closed"))
@@ -407,12 +415,15 @@ class ContinuousBatcher:
         chosen_at = time.perf_counter()
         step_logits = torch.cat(rows_logits) if len(rows_logits) > 1 else rows_logits[0]
         tokens = self._choose_tokens(step_logits, choosers)
+        for index, row in enumerate(choosers):
+            if row.spec.forced:
+                tokens[index] = row.spec.forced[len(row.tokens)]
         wanted = [index for index, row in enumerate(choosers) if row.spec.logprobs]
         picked: list[float] = []
         if wanted:
-            index = torch.tensor(wanted, device=step_logits.device)
-            log_probs = torch.log_softmax(step_logits[index], dim=-1)
-            picked = log_probs.gather(1, tokens.to(step_logits.device)[index][:, None])[:, 0].cpu().tolist()
+            rows_at = torch.tensor(wanted, device=step_logits.device)
+            log_probs = torch.log_softmax(step_logits[rows_at], dim=-1)
+            picked = log_probs.gather(1, tokens.to(step_logits.device)[rows_at][:, None])[:, 0].cpu().tolist()
         token_list = tokens.tolist()
         booked_at = time.perf_counter()
         self.stats.choose_s += booked_at - chosen_at
@@ -575,9 +586,7 @@ class ContinuousBatcher:
                 finishing.append(group)
         return chunks, finishing
 
-    def _forward(
-        self, decoding: list[_Row], chunks: list[tuple[_Group, int]], finishing: list[_Group]
-    ) -> torch.Tensor:
+    def _forward(self, decoding: list[_Row], chunks: list[tuple[_Group, int]], finishing: list[_Group]) -> torch.Tensor:
         """One packed forward; returns the logits of the decoding rows, then of each prompt that finishes."""
         started = time.perf_counter()
         ids: list[int] = [row.tokens[-1] for row in decoding]

@@ -60,9 +60,7 @@ class KVStore(Protocol):
 
     def ensure(self, columns: int) -> None: ...
 
-    def write(
-        self, layer: int, layout: StepLayout, keys: torch.Tensor, values: torch.Tensor, rope: RopeFn
-    ) -> None: ...
+    def write(self, layer: int, layout: StepLayout, keys: torch.Tensor, values: torch.Tensor, rope: RopeFn) -> None: ...
 
     def decode_attention(self, layer: int, layout: StepLayout, q: torch.Tensor, scale: float) -> torch.Tensor: ...
 
@@ -75,6 +73,11 @@ class KVStore(Protocol):
     def bytes_per_token(self) -> float: ...
 
     def nbytes(self) -> int: ...
+
+
+def grown_capacity(columns: int) -> int:
+    """Columns to allocate for `columns`: rounded up in chunks, with half a chunk of headroom."""
+    return -(-(columns + CAPACITY_CHUNK // 2) // CAPACITY_CHUNK) * CAPACITY_CHUNK
 
 
 def decode_mask(layout: StepLayout, device: torch.device) -> torch.Tensor:
@@ -125,7 +128,7 @@ class SlotKVCache:
         """Make room for `columns` columns per slot (grows in chunks, copying once)."""
         if columns <= self.capacity:
             return
-        capacity = min(max(self.max_columns, columns), -(-(columns + CAPACITY_CHUNK // 2) // CAPACITY_CHUNK) * CAPACITY_CHUNK)
+        capacity = max(columns, min(self.max_columns, grown_capacity(columns)))
         shape = (self.slots, self.kv_heads, capacity, self.head_dim)
         # Zeros, not empty: masked columns get zero weight, and 0 * NaN garbage would still be NaN.
         keys = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.layers)]
@@ -177,9 +180,10 @@ class SlotKVCache:
             values[slot, :, :stop] = saved_values[:, :stop]
 
     def bytes_per_token(self) -> float:
-        """Bytes one cached token takes, all layers, keys and values."""
-        element = torch.empty((), dtype=self.dtype).element_size()
-        return float(2 * self.layers * self.kv_heads * self.head_dim * element)
+        """Bytes the allocated buffers spend per (slot, column), all layers, keys and values."""
+        if not self.capacity:
+            self.ensure(1)
+        return self.nbytes() / (self.slots * self.capacity)
 
     def nbytes(self) -> int:
         return sum(tensor.numel() * tensor.element_size() for tensor in self.keys + self.values)

@@ -18,7 +18,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import nn
 
 from veriloop.errors import BackendError
 from veriloop.llm.kv_cache import KVStore, StepLayout
@@ -48,15 +47,15 @@ class PackedDecoder:
         if base is None or not hasattr(base, "layers"):
             raise BackendError(f"{type(model).__name__} has no decoder layers where a Llama-style model keeps them")
         self.model = model
-        self.layers: list[nn.Module] = list(base.layers)
+        self.layers: list[Any] = list(base.layers)
         for layer in self.layers:
             attn = layer.self_attn
             if hasattr(attn, "q_norm") or hasattr(attn, "k_norm"):
                 raise BackendError(f"{kind} layers with query/key norms are not supported by the embedded batcher")
-        self.embed = base.embed_tokens
-        self.norm = base.norm
-        self.rotary = base.rotary_emb
-        self.lm_head = model.lm_head
+        self.embed: Any = base.embed_tokens
+        self.norm: Any = base.norm
+        self.rotary: Any = base.rotary_emb
+        self.lm_head: Any = model.lm_head
         self.heads = int(config.num_attention_heads)
         self.kv_heads = int(getattr(config, "num_key_value_heads", None) or self.heads)
         self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.heads)
@@ -91,7 +90,7 @@ class PackedDecoder:
             return keys * k_cos + _rotate_half(keys) * k_sin  # the step's own positions, already computed
 
         for index, layer in enumerate(self.layers):
-            attn = layer.self_attn
+            attn: Any = layer.self_attn
             h = layer.input_layernorm(x)
             q = attn.q_proj(h).view(n, self.kv_heads, self.group, self.head_dim)
             keys = attn.k_proj(h).view(n, self.kv_heads, self.head_dim)
