@@ -95,7 +95,8 @@ def causal_chunk_mask(start: int, count: int, group: int, device: torch.device) 
 
 def scatter_decode_queries(layout: StepLayout, q: torch.Tensor) -> torch.Tensor:
     """Decode queries (decode, kv_heads, group, d) placed at their slots: (slots_used, kv_heads, group, d)."""
-    if layout.decode == layout.slots_used and bool((layout.decode_slots == torch.arange(layout.decode)).all()):
+    order = torch.arange(layout.decode, device=layout.decode_slots.device)
+    if layout.decode == layout.slots_used and bool((layout.decode_slots == order).all()):
         return q
     full = q.new_zeros((layout.slots_used, *q.shape[1:]))
     full[layout.decode_slots.to(q.device)] = q
