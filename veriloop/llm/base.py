@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from veriloop.config import Settings
@@ -26,6 +27,25 @@ class Backend(Protocol):
     async def generate(self, requests: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]: ...
 
     async def aclose(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class StreamDelta:
+    """A piece of one sample's text as it is decoded; the sample's last event carries its Completion."""
+
+    index: int
+    text: str
+    completion: Completion | None = None
+
+
+@runtime_checkable
+class StreamingBackend(Protocol):
+    """A Backend that can also hand out text while it decodes (the embedded one does)."""
+
+    def stream(self, request: Prompt, params: SamplingParams) -> AsyncIterator[StreamDelta]:
+        """Deltas of the request's `params.n` samples, interleaved as they come; each sample ends with
+        one delta whose `completion` is set (its text pieces add up to `completion.text`)."""
+        ...
 
 
 class BackendFactory(Protocol):

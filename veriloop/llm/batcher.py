@@ -1,42 +1,38 @@
 """Continuous batching for a causal language model, on one dedicated worker thread.
 
 Callers on any thread (or event loop) submit a prompt with one or more samples and get one
-`concurrent.futures.Future` per sample. The worker owns the model: every decode step runs one
-`forward` for all active rows together, and a row that finishes (EOS, stop string, length) leaves
-the batch at once so a waiting row takes its slot. One long generation never holds the others back.
+`concurrent.futures.Future` per sample. The worker owns the model and runs steps; each step is one
+forward (`veriloop.llm.packed`) over packed tokens: the last token of every decoding row, plus
+chunks of the prompts being prefilled, up to `prefill_chunk` prompt tokens per step (chunked
+prefill, as in vLLM). Prompts that join together are prefilled in the same forward, and a long
+prompt is spread over several steps, so running rows keep decoding while it is read. A row that
+finishes (EOS, stop string, length) leaves at once and a waiting prompt takes its slot.
 
-KV-cache scheme (why it looks like this):
+KV cache (`veriloop.llm.kv_cache`): one slot per row, the row's token j at column j of its slot.
+A row that leaves frees its slot and nothing else is copied; a joining row writes from column 0;
+attention is masked to each row's own columns. The buffers are copied only when they grow.
 
-* One preallocated buffer per layer of shape (rows, kv_heads, capacity, head_dim). All rows end at
-  the same column `length`, so a decode step writes one new column for every row in place. Hugging
-  Face's DynamicCache instead `torch.cat`s the whole cache on every step, which at batch 8 and a few
-  hundred tokens copies about as many bytes as the weights themselves.
-* A joining prompt is prefilled alone (batch 1, no padding, logits of the last position only), so
-  its prompt pass is what a sequential run computes, and the n samples of one request share that
-  one prefill. The prompts of the last few prefills are kept (`prefix_cache_bytes`); a new prompt
-  that starts with the same tokens (a shared system prompt or few-shot block, the earlier turns of
-  a conversation) reuses their keys and values and prefills only the rest. On two CPU cores a
-  170-token prefill costs about as much as ten decode steps, so this matters.
-* The prompt's keys and values are copied right-aligned into a free slot (left padding); columns
-  before a row's start are masked out. Rotary embeddings are applied before caching, so keys stay
-  valid wherever they sit; position ids are tracked per row.
-* A finished row's slot is refilled in place when a waiting row fits; otherwise the buffers are
-  rebuilt: leftover slots are dropped from the batch dimension, columns no row uses any more are cut
-  off the front, and the capacity grows in chunks. Rebuilds copy the cache once, which is rare
-  compared with steps.
+The n samples of one request share one prefill: the first sample (the leader) prefills in its
+slot, and the prompt's columns are copied into the other samples' slots when it is done. The
+prompts of the last few prefills are kept (`prefix_cache_bytes`); a new prompt that starts with the
+same tokens (a shared system prompt or few-shot block, the earlier turns of a conversation) copies
+their keys and values and prefills only the rest.
 
 With `speculative` set, prompts of at least `min_tokens` tokens are prefilled by SpecPrefill
-(`veriloop.kernels.specprefill`): the first layers of the model score the prompt's tokens, and only
-the top chunks are prefilled, at their original positions. The row's cache then holds fewer
-columns than the prompt has tokens; positions still continue from the prompt's length. Such
-partial prefixes are not kept for prefix reuse.
+(`veriloop.kernels.specprefill`): the first layers of the model score the prompt's tokens on a
+helper thread (decoding goes on meanwhile), and only the top chunks are then prefilled, in chunks
+like any prompt, at their original positions. The row's cache then holds fewer columns than the
+prompt has tokens; positions still continue from the prompt's length.
+
+Every step ends in one sampling step, `_choose_tokens(logits, rows)`, over the logits of all rows
+that take a token in it: greedy rows take the arg-max of their own logits, sampled rows draw from
+their own seeded generator, so what a request gets does not depend on what else shares the batch
+(up to float rounding between batch shapes, which only matters at exact ties). The chosen tokens
+reach the host in one copy per step. Per-row state (a future constraint matcher included) lives in
+`_Row`.
 
 On the CPU the batcher stores the model's Linear weights column-major (`column_major_linears`):
 same values, faster small-batch matrix products.
-
-Greedy rows take the arg-max of their own logits and sampled rows draw from their own seeded
-generator, so what a request gets does not depend on what else shares the batch (up to float
-rounding differences between batch shapes, which only matter at exact ties).
 """
 
 from __future__ import annotations
@@ -44,32 +40,40 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import copy
-import inspect
 import logging
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
-from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from veriloop.errors import BackendError
+from veriloop.llm.kv_cache import Chunk, KVStore, SlotKVCache, StepLayout, saved_columns, saved_nbytes
+from veriloop.llm.packed import PackedDecoder
 
 log = logging.getLogger(__name__)
 
 FinishReason = Literal["stop", "length"]
 
-_CAPACITY_CHUNK = 128
-"""Columns added whenever the cache buffers grow; a rebuild copies the cache, so grow in chunks."""
+PREFILL_CHUNK = 128
+"""Prompt tokens prefilled per step while rows are decoding: bigger chunks use the matrix units
+better, smaller ones stall the decoding rows less (on two CPU cores a 128-token chunk costs about
+as much as six batch-8 decode steps)."""
 
-_COMPACT_AT = 256
-"""Rebuild once this many leading columns are unused by every row (they still cost attention)."""
+IDLE_PREFILL_CHUNK = 512
+"""Prompt tokens per step when no row is decoding (nobody waits on the step)."""
 
 _MIN_PREFIX_REUSE = 8
 """Shared prefixes shorter than this are simply prefilled again."""
+
+CacheFactory = Callable[[PackedDecoder, int, int], KVStore]
+"""(decoder, slots, max columns) -> the KV store the batcher decodes with."""
+
+TextListener = Callable[[str], None]
+"""Called on the worker thread with each new piece of a sample's text, as it is decoded."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,9 @@ class SampleSpec:
     stop: tuple[str, ...] = ()
     seed: int | None = None
     logprobs: bool = False
+    forced: tuple[int, ...] = ()
+    """Teacher forcing: the row takes these tokens instead of choosing (with `logprobs`, the model's
+    log-probability of each is recorded), which measures perplexity through the live cache."""
 
 
 @dataclass(frozen=True)
@@ -114,17 +121,48 @@ class RowOutput:
     latency_s: float
 
 
+@dataclass
+class StepStats:
+    """Where the worker's time goes (seconds and token counts since the batcher started)."""
+
+    steps: int = 0
+    decode_steps: int = 0
+    """Steps whose forward held only decoding rows."""
+    mixed_steps: int = 0
+    """Steps whose forward also prefilled prompt chunks."""
+    decode_tokens: int = 0
+    prefill_tokens: int = 0
+    decode_forward_s: float = 0.0
+    mixed_forward_s: float = 0.0
+    choose_s: float = 0.0
+    """Sampling and the one host copy of the chosen tokens."""
+    bookkeeping_s: float = 0.0
+    """Stop strings, text, streaming deltas and futures, on the host."""
+    schedule_s: float = 0.0
+    """Admission, prefix reuse and building the step's layout."""
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {name: round(value, 4) if isinstance(value, float) else value for name, value in vars(self).items()}
+
+
 @dataclass(eq=False)
 class _Row:
+    """One sample: its settings, its slot, the tokens so far (and whatever else decides its next token)."""
+
     spec: SampleSpec
     future: concurrent.futures.Future[RowOutput]
     generator: torch.Generator | None
     prompt_len: int
     submitted: float
+    listener: TextListener | None = None
     max_tokens: int = 0
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
-    start: int = 0
+    slot: int = -1
+    length: int = 0
+    """Cache columns the row holds (its prompt's, or fewer after SpecPrefill, plus its tokens fed back)."""
+    sent: int = 0
+    """Characters of the text already given to the listener."""
 
     @property
     def position(self) -> int:
@@ -134,42 +172,24 @@ class _Row:
 
 @dataclass(eq=False)
 class _Group:
-    """One prompt and its samples still waiting for a slot; the prefill is shared by all of them."""
+    """One prompt and its samples; the leader prefills, the others copy its columns when it is done."""
 
     prompt_ids: list[int]
     pending: deque[_Row]
-    prefix: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+    ids: list[int] = field(default_factory=list)
+    """The tokens to prefill (the prompt, or the chunks SpecPrefill kept)."""
+    positions: list[int] = field(default_factory=list)
+    done: int = 0
+    leader: _Row | None = None
+    saved: list[tuple[torch.Tensor, ...]] | None = None
     first_logits: torch.Tensor | None = None
+    speculative: bool = False
+    scoring: concurrent.futures.Future[list[int]] | None = None
 
     @property
     def width(self) -> int:
         """Cache columns of the prefilled prompt: its length, or fewer after SpecPrefill."""
-        return int(self.prefix[0][0].shape[2]) if self.prefix else len(self.prompt_ids)
-
-
-class _ColumnLayer(DynamicLayer):
-    """A cache layer over a preallocated buffer: `update` writes the new columns in place and returns views."""
-
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self.buffers = (keys, values)
-        self.keys, self.values = keys, values
-        self.length = length
-        self.is_initialized = True
-        self.device = keys.device
-
-    def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        keys, values = self.buffers
-        end = self.length + key_states.shape[-2]
-        keys[:, :, self.length : end] = key_states
-        values[:, :, self.length : end] = value_states
-        self.length = end
-        return keys[:, :, :end], values[:, :, :end]
-
-    def get_seq_length(self) -> int:
-        return self.length
+        return len(self.ids)
 
 
 class ContinuousBatcher:
@@ -185,58 +205,78 @@ class ContinuousBatcher:
         eos_token_ids: Sequence[int] | None = None,
         prefix_cache_bytes: int = 256 << 20,
         speculative: SpeculativePrefill | None = None,
+        prefill_chunk: int = PREFILL_CHUNK,
+        cache_factory: CacheFactory | None = None,
         name: str = "veriloop-batcher",
     ) -> None:
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be at least 1")
+        if prefill_chunk < 1:
+            raise ValueError("prefill_chunk must be at least 1")
         self.model = model
+        self.decoder = PackedDecoder(model)
         # The worker decodes with its own copy: a fast tokenizer must not be used by two threads at once.
         self._tokenizer = copy.deepcopy(tokenizer)
         self.max_batch_size = max_batch_size
         self.torch_threads = torch_threads
+        self.prefill_chunk = prefill_chunk
         self.eos_token_ids = frozenset(
             eos_token_ids if eos_token_ids is not None else default_eos_ids(model, tokenizer)
         )
         self.max_context = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
-        self.device = next(model.parameters()).device
-        self.dtype = next(model.parameters()).dtype
+        self.device = self.decoder.device
+        self.dtype = self.decoder.dtype
         if self.device.type == "cpu":
             column_major_linears(model)
-        self.steps = 0
-        """Decode steps run so far (for tests and benchmarks)."""
-        self.rebuilds = 0
-        """Times the cache buffers were rebuilt (joins that could not reuse a slot, growth, compaction)."""
+        make_cache = cache_factory or _full_cache
+        self.cache: KVStore = make_cache(self.decoder, max_batch_size, self.max_context)
+        self.stats = StepStats()
         self.prefix_hits = 0
         """Prompt tokens whose prefill was skipped because a recent prompt began the same way."""
         self.prefix_cache_bytes = prefix_cache_bytes
         self.speculative = speculative
         self.speculative_prefills = 0
         """Prompts prefilled by SpecPrefill (for tests and benchmarks)."""
+        self.peak_rows = 0
+        """Most rows holding a slot at once."""
         self._prefix_bytes = 0
-        self._prefixes: OrderedDict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = OrderedDict()
-        # transformers renamed `past_key_values` to `cache` in 5.2x; pass whichever this version's forward takes.
-        parameters = inspect.signature(model.forward).parameters
-        self._cache_kwarg = "cache" if "cache" in parameters else "past_key_values"
+        self._prefixes: OrderedDict[tuple[int, ...], list[tuple[torch.Tensor, ...]]] = OrderedDict()
+        self._scorer: concurrent.futures.ThreadPoolExecutor | None = None
 
         self._cond = threading.Condition()
         self._waiting: deque[_Group] = deque()
         self._closed = False
         # Batch state, touched only by the worker thread.
-        self._rows: list[_Row | None] = []
-        self._keys: list[torch.Tensor] = []
-        self._values: list[torch.Tensor] = []
-        self._mask = torch.zeros((0, 0), dtype=torch.bool, device=self.device)
-        self._length = 0
+        self._slots: list[_Row | None] = [None] * max_batch_size
+        self._scoring: list[_Group] = []
+        self._scored: deque[_Group] = deque()
+        self._prefilling: deque[_Group] = deque()
+        self._ready: deque[_Group] = deque()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     # ------------------------------------------------------------------ public API
 
+    @property
+    def steps(self) -> int:
+        """Forward steps run so far (for tests and benchmarks)."""
+        return self.stats.steps
+
     def submit(
-        self, prompt_ids: Sequence[int], samples: Sequence[SampleSpec]
+        self,
+        prompt_ids: Sequence[int],
+        samples: Sequence[SampleSpec],
+        listeners: Sequence[TextListener | None] | None = None,
     ) -> list[concurrent.futures.Future[RowOutput]]:
-        """Queue one prompt with its samples; each future resolves to a RowOutput or a BackendError."""
+        """Queue one prompt with its samples; each future resolves to a RowOutput or a BackendError.
+
+        `listeners[i]`, when given, receives sample i's text piece by piece as it is decoded (on the
+        worker thread; it must be quick and must not raise). The pieces add up to the final text.
+        """
         now = time.perf_counter()
+        listeners = list(listeners) if listeners is not None else [None] * len(samples)
+        if len(listeners) != len(samples):
+            raise ValueError("one listener (or None) per sample")
         rows = [
             _Row(
                 spec=spec,
@@ -244,8 +284,9 @@ class ContinuousBatcher:
                 generator=_generator(spec.seed) if spec.temperature > 0 else None,
                 prompt_len=len(prompt_ids),
                 submitted=now,
+                listener=listener,
             )
-            for spec in samples
+            for spec, listener in zip(samples, listeners, strict=True)
         ]
         futures = [row.future for row in rows]
         if not prompt_ids:
@@ -256,6 +297,8 @@ class ContinuousBatcher:
             return futures
         for row in rows:
             row.max_tokens = min(row.spec.max_tokens, self.max_context - len(prompt_ids))
+            if row.spec.forced:
+                row.max_tokens = min(row.max_tokens, len(row.spec.forced))
         with self._cond:
             if self._closed:
                 _fail(rows, BackendError("the batcher is closed"))
@@ -278,23 +321,28 @@ class ContinuousBatcher:
 
     @property
     def active_rows(self) -> int:
-        return sum(row is not None for row in self._rows)
+        return sum(row is not None for row in self._slots)
+
+    def kv_bytes_per_token(self) -> float:
+        """Bytes the live cache spends per cached token (all layers, keys and values)."""
+        return self.cache.bytes_per_token()
 
     # ------------------------------------------------------------------ worker
+
+    def _busy(self) -> bool:
+        return bool(self._waiting or self._scored or self._prefilling or self._ready or self.active_rows)
 
     def _run(self) -> None:
         torch.set_num_threads(self.torch_threads)
         with torch.inference_mode():
             while True:
                 with self._cond:
-                    while not self._closed and not self._waiting and not self._rows:
-                        self._cond.wait()
+                    while not self._closed and not self._busy() and not self._scoring_done():
+                        self._cond.wait(timeout=0.05 if self._scoring else None)
                     if self._closed:
                         break
                 try:
-                    self._admit()
-                    if self._rows:
-                        self._step()
+                    self._iterate()
                 except Exception as exc:  # a broken step fails its rows, never the worker
                     log.exception("batcher step failed")
                     self._fail_active(BackendError(f"generation failed: {type(exc).__name__}: {exc}"))
@@ -304,118 +352,333 @@ class ContinuousBatcher:
             self._waiting.clear()
         for group in groups:
             _fail(list(group.pending), BackendError("the batcher was closed before this sample started"))
+        if self._scorer is not None:
+            self._scorer.shutdown(wait=False, cancel_futures=True)
+
+    def _scoring_done(self) -> bool:
+        return any(group.scoring is not None and group.scoring.done() for group in self._scoring)
 
     def _fail_active(self, error: BackendError) -> None:
-        _fail([row for row in self._rows if row is not None], error)
-        self._rows = []
-        self._keys, self._values = [], []
-        self._mask = torch.zeros((0, 0), dtype=torch.bool, device=self.device)
-        self._length = 0
+        rows = [row for row in self._slots if row is not None]
+        for queue in (self._scoring, self._scored, self._prefilling, self._ready):
+            for group in queue:
+                rows.extend(group.pending)
+        _fail(rows, error)
+        self._slots = [None] * self.max_batch_size
+        self._scoring, self._scored, self._prefilling, self._ready = [], deque(), deque(), deque()
 
-    def _next_waiting(self) -> _Group | None:
-        with self._cond:
-            while self._waiting:
-                group = self._waiting[0]
-                while group.pending and group.pending[0].future.cancelled():
-                    group.pending.popleft()
-                if group.pending:
-                    return group
-                self._waiting.popleft()
-            return None
+    def _free_slots(self) -> list[int]:
+        return [slot for slot, row in enumerate(self._slots) if row is None]
+
+    def _take_slot(self, row: _Row) -> bool:
+        free = self._free_slots()
+        if not free:
+            return False
+        row.slot = free[0]
+        self._slots[row.slot] = row
+        self.peak_rows = max(self.peak_rows, self.active_rows)
+        return True
+
+    def _release(self, row: _Row) -> None:
+        if 0 <= row.slot < len(self._slots) and self._slots[row.slot] is row:
+            self._slots[row.slot] = None
+        row.slot = -1
+
+    # ------------------------------------------------------------------ one iteration
+
+    def _iterate(self) -> None:
+        started = time.perf_counter()
+        self._reap_cancelled()
+        firsts: list[tuple[_Row, torch.Tensor]] = []
+        self._place_ready(firsts)
+        self._collect_scoring()
+        self._admit()
+        decoding = [row for row in self._slots if row is not None and row.tokens]
+        chunks, finishing = self._plan_chunks(bool(decoding))
+        self.stats.schedule_s += time.perf_counter() - started
+        logits: torch.Tensor | None = None
+        if decoding or chunks:
+            logits = self._forward(decoding, chunks, finishing)
+        choosers: list[_Row] = list(decoding)
+        rows_logits: list[torch.Tensor] = []
+        if logits is not None:
+            rows_logits.append(logits[: len(decoding)])
+            for index, group in enumerate(finishing):
+                group.first_logits = logits[len(decoding) + index]
+                self._prefilled(group, firsts)
+        self._place_ready(firsts)
+        if not choosers and not firsts:
+            return
+        choosers.extend(row for row, _ in firsts)
+        if firsts:
+            rows_logits.append(torch.stack([vector for _, vector in firsts]))
+        chosen_at = time.perf_counter()
+        step_logits = torch.cat(rows_logits) if len(rows_logits) > 1 else rows_logits[0]
+        tokens = self._choose_tokens(step_logits, choosers)
+        for index, row in enumerate(choosers):
+            if row.spec.forced:
+                tokens[index] = row.spec.forced[len(row.tokens)]
+        wanted = [index for index, row in enumerate(choosers) if row.spec.logprobs]
+        picked: list[float] = []
+        if wanted:
+            rows_at = torch.tensor(wanted, device=step_logits.device)
+            log_probs = torch.log_softmax(step_logits[rows_at], dim=-1)
+            picked = log_probs.gather(1, tokens.to(step_logits.device)[rows_at][:, None])[:, 0].cpu().tolist()
+        token_list = tokens.tolist()
+        booked_at = time.perf_counter()
+        self.stats.choose_s += booked_at - chosen_at
+        logprob_of = dict(zip(wanted, picked, strict=True))
+        for index, row in enumerate(choosers):
+            row.tokens.append(int(token_list[index]))
+            if index in logprob_of:
+                row.logprobs.append(float(logprob_of[index]))
+            if self._finish_if_done(row):
+                self._release(row)
+            else:
+                self._stream(row)
+        self.stats.bookkeeping_s += time.perf_counter() - booked_at
+
+    def _choose_tokens(self, logits: torch.Tensor, rows: Sequence[_Row]) -> torch.Tensor:
+        """The sampling step: the next token of every row from its logits row (float, [rows, vocab]).
+
+        Returns a CPU LongTensor [rows]. Greedy rows take the arg-max; sampled rows draw with
+        temperature and top-p from their own generator. A per-row constraint (a token mask) is
+        applied here, to `logits`, before either.
+        """
+        greedy = logits.argmax(dim=-1)
+        tokens = greedy.cpu() if greedy.device.type != "cpu" else greedy
+        sampled = [index for index, row in enumerate(rows) if row.generator is not None]
+        if sampled:
+            host = logits[torch.tensor(sampled, device=logits.device)].float().cpu()
+            for position, index in enumerate(sampled):
+                row = rows[index]
+                assert row.generator is not None
+                tokens[index] = _sample(host[position], row.spec.temperature, row.spec.top_p, row.generator)
+        return tokens
+
+    def _reap_cancelled(self) -> None:
+        for slot, row in enumerate(self._slots):
+            if row is None or not row.future.cancelled():
+                continue
+            self._slots[slot] = None
+            group = next((group for group in self._prefilling if group.leader is row), None)
+            if group is None:
+                continue
+            successor = _pop_live(group.pending)
+            if successor is None:
+                self._prefilling.remove(group)
+            else:  # the prompt's columns so far stay in the slot; the next sample takes it over
+                successor.slot = slot
+                self._slots[slot] = successor
+                group.leader = successor
+
+    def _place_ready(self, firsts: list[tuple[_Row, torch.Tensor]]) -> None:
+        """Give waiting samples of prefilled prompts free slots: copy the prompt's columns, queue their first token."""
+        while self._ready and self._free_slots():
+            group = self._ready[0]
+            row = _pop_live(group.pending)
+            if row is None:
+                self._ready.popleft()
+                group.saved = None
+                continue
+            assert group.saved is not None and group.first_logits is not None
+            self._take_slot(row)
+            self.cache.ensure(group.width + 1)
+            self.cache.copy_in(row.slot, group.saved)
+            row.length = group.width
+            firsts.append((row, group.first_logits))
+            if not group.pending:
+                self._ready.popleft()
+                group.saved = None
 
     def _admit(self) -> None:
-        """Fill free slots from the queue, then make the cache buffers fit the new batch."""
-        joiners: list[tuple[_Row, _Group]] = []
-        while self.active_rows + len(joiners) < self.max_batch_size:
-            group = self._next_waiting()
+        """Move waiting prompts into free slots (or to the SpecPrefill scorer)."""
+        while True:
+            group = self._next_group()
             if group is None:
-                break
-            if group.prefix is None:
-                try:
-                    self._prefill(group)
-                except Exception as exc:
-                    with self._cond:
-                        self._waiting.remove(group)
-                    _fail(list(group.pending), BackendError(f"prefill failed: {type(exc).__name__}: {exc}"))
-                    continue
-            with self._cond:
-                row = group.pending.popleft()
-            assert group.first_logits is not None
-            self._append(row, group.first_logits)
-            if self._finish_if_done(row):
+                return
+            leader = _pop_live(group.pending)
+            if leader is None:
                 continue
-            joiners.append((row, group))
-        self._place(joiners)
+            self._take_slot(leader)
+            group.leader = leader
+            if not group.ids:
+                group.ids = list(group.prompt_ids)
+                group.positions = list(range(len(group.prompt_ids)))
+                shared, saved = self._longest_cached_prefix(group.ids)
+                if shared:
+                    self.cache.ensure(shared + 1)
+                    self.cache.copy_in(leader.slot, saved, shared)
+                    group.done = shared
+                    self.prefix_hits += shared
+            self._prefilling.append(group)
 
-    def _prefill(self, group: _Group) -> None:
-        """Run the prompt at batch 1; a prefix shared with a recent prompt is taken from the prefix cache."""
-        prompt = group.prompt_ids
-        spec = self.speculative
-        if spec is not None and len(prompt) >= spec.min_tokens:
-            self._speculative_prefill(group, spec)
-            return
-        reused, cached = self._longest_cached_prefix(prompt)
-        if reused:
-            cache = DynamicCache(ddp_cache_data=[(k[:, :, :reused], v[:, :, :reused]) for k, v in cached])
-            self.prefix_hits += reused
-        else:
-            cache = DynamicCache(config=self.model.config)
-        ids = torch.tensor([prompt[reused:]], dtype=torch.long, device=self.device)
-        positions = torch.arange(reused, len(prompt), device=self.device).unsqueeze(0)
-        out = self.model(
-            input_ids=ids, position_ids=positions, use_cache=True, logits_to_keep=1, **{self._cache_kwarg: cache}
-        )
-        prefix = self._layers(cache)
-        group.prefix = prefix
-        group.first_logits = out.logits[0, -1].float()
-        self._remember_prefix(tuple(prompt), prefix)
+    def _next_group(self) -> _Group | None:
+        """The next prompt that may take a slot now; long prompts go to the scorer first with SpecPrefill."""
+        while True:
+            if not self._free_slots():
+                return None
+            if self._scored:
+                return self._scored.popleft()
+            with self._cond:
+                if not self._waiting:
+                    return None
+                group = self._waiting.popleft()
+            spec = self.speculative
+            if spec is not None and len(group.prompt_ids) >= spec.min_tokens:
+                self._start_scoring(group, spec)
+                continue
+            return group
 
-    def _speculative_prefill(self, group: _Group, spec: SpeculativePrefill) -> None:
-        """Prefill only the prompt chunks the early-exit speculator ranks highest (see the module docstring)."""
-        from veriloop.kernels.specprefill import prefill
+    def _start_scoring(self, group: _Group, spec: SpeculativePrefill) -> None:
+        """Score the prompt's tokens with the early-exit speculator on the helper thread."""
+        from veriloop.kernels.specprefill import kept_indices
 
+        if self._scorer is None:
+            self._scorer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="veriloop-specprefill")
         layers = int(getattr(self.model.config, "num_hidden_layers", spec.speculator_layers))
-        state = prefill(
-            self.model,
-            torch.tensor(group.prompt_ids, dtype=torch.long),
-            spec.keep_ratio,
-            speculator_layers=max(1, min(spec.speculator_layers, layers)),
-            look_ahead=spec.look_ahead,
-            chunk_size=spec.chunk_size,
-            eos_token_ids=sorted(self.eos_token_ids),
-        )
-        group.prefix = self._layers(state.cache)
-        group.first_logits = state.logits[-1].float()
-        self.speculative_prefills += 1
+        threads = self.torch_threads
 
-    def _layers(self, cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        prefix = []
-        for layer in cache.layers:
-            if type(layer) is not DynamicLayer:
-                kind = type(layer).__name__
-                raise BackendError(
-                    f"{type(self.model).__name__} uses a {kind} cache; the batcher supports DynamicLayer"
+        def score() -> list[int]:
+            torch.set_num_threads(threads)
+            with torch.inference_mode():
+                return kept_indices(
+                    self.model,
+                    torch.tensor(group.prompt_ids, dtype=torch.long),
+                    spec.keep_ratio,
+                    speculator_layers=max(1, min(spec.speculator_layers, layers)),
+                    look_ahead=spec.look_ahead,
+                    chunk_size=spec.chunk_size,
+                    eos_token_ids=sorted(self.eos_token_ids),
                 )
-            assert layer.keys is not None and layer.values is not None
-            prefix.append((layer.keys, layer.values))
-        return prefix
 
-    def _remember_prefix(self, key: tuple[int, ...], prefix: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        group.speculative = True
+        group.scoring = self._scorer.submit(score)
+        self._scoring.append(group)
+
+    def _collect_scoring(self) -> None:
+        for group in [group for group in self._scoring if group.scoring is not None and group.scoring.done()]:
+            self._scoring.remove(group)
+            assert group.scoring is not None
+            try:
+                kept = group.scoring.result()
+            except Exception as exc:
+                log.exception("SpecPrefill scoring failed")
+                _fail(list(group.pending), BackendError(f"SpecPrefill failed: {type(exc).__name__}: {exc}"))
+                continue
+            group.positions = list(kept)
+            group.ids = [group.prompt_ids[index] for index in kept]
+            self.speculative_prefills += 1
+            self._scored.append(group)
+
+    def _plan_chunks(self, decoding: bool) -> tuple[list[tuple[_Group, int]], list[_Group]]:
+        """(group, tokens) to prefill this step, first come first served, within the step's budget."""
+        budget = self.prefill_chunk if decoding else max(self.prefill_chunk, IDLE_PREFILL_CHUNK)
+        chunks: list[tuple[_Group, int]] = []
+        finishing: list[_Group] = []
+        for group in self._prefilling:
+            if budget <= 0:
+                break
+            count = min(budget, group.width - group.done)
+            chunks.append((group, count))
+            budget -= count
+            if group.done + count == group.width:
+                finishing.append(group)
+        return chunks, finishing
+
+    def _forward(self, decoding: list[_Row], chunks: list[tuple[_Group, int]], finishing: list[_Group]) -> torch.Tensor:
+        """One packed forward; returns the logits of the decoding rows, then of each prompt that finishes."""
+        started = time.perf_counter()
+        ids: list[int] = [row.tokens[-1] for row in decoding]
+        positions: list[int] = [row.position for row in decoding]
+        slots: list[int] = [row.slot for row in decoding]
+        columns: list[int] = [row.length for row in decoding]
+        laid: list[Chunk] = []
+        ends: dict[int, int] = {}
+        for group, count in chunks:
+            assert group.leader is not None
+            start, offset = group.done, len(ids)
+            ids.extend(group.ids[start : start + count])
+            positions.extend(group.positions[start : start + count])
+            slots.extend([group.leader.slot] * count)
+            columns.extend(range(start, start + count))
+            laid.append(Chunk(slot=group.leader.slot, start=start, count=count, offset=offset))
+            ends[id(group)] = offset + count - 1
+        needed = max(columns) + 1
+        self.cache.ensure(needed)
+        used = max((row.slot for row in decoding), default=-1) + 1
+        lengths = [1] * used
+        for row in decoding:
+            lengths[row.slot] = row.length + 1
+        device = self.device
+
+        def tensor(values: list[int]) -> torch.Tensor:
+            return torch.tensor(values, dtype=torch.long, device=device)
+
+        layout = StepLayout(
+            slots=tensor(slots),
+            columns=tensor(columns),
+            positions=tensor(positions),
+            decode=len(decoding),
+            decode_slots=tensor([row.slot for row in decoding]),
+            decode_lengths=tensor(lengths),
+            slots_used=used,
+            chunks=tuple(laid),
+        )
+        logit_index = tensor(list(range(len(decoding))) + [ends[id(group)] for group in finishing])
+        self.stats.schedule_s += time.perf_counter() - started
+        forward_at = time.perf_counter()
+        logits = self.decoder.forward(tensor(ids), layout, self.cache, logit_index)
+        elapsed = time.perf_counter() - forward_at
+        for row in decoding:
+            row.length += 1
+        prefilled = sum(count for _, count in chunks)
+        for group, count in chunks:
+            group.done += count
+        self.stats.steps += 1
+        self.stats.decode_tokens += len(decoding)
+        self.stats.prefill_tokens += prefilled
+        if prefilled:
+            self.stats.mixed_steps += 1
+            self.stats.mixed_forward_s += elapsed
+        else:
+            self.stats.decode_steps += 1
+            self.stats.decode_forward_s += elapsed
+        return logits
+
+    def _prefilled(self, group: _Group, firsts: list[tuple[_Row, torch.Tensor]]) -> None:
+        """A prompt's prefill is done: its leader decodes next; its other samples wait for slots."""
+        self._prefilling.remove(group)
+        leader = group.leader
+        assert leader is not None and group.first_logits is not None
+        leader.length = group.width
+        firsts.append((leader, group.first_logits))
+        keep = not group.speculative and self.prefix_cache_bytes > 0
+        if group.pending or keep:
+            group.saved = self.cache.copy_out(leader.slot, group.width)
+            if keep:
+                self._remember_prefix(tuple(group.ids), group.saved)
+            if group.pending:
+                self._ready.append(group)
+            else:
+                group.saved = None
+
+    def _remember_prefix(self, key: tuple[int, ...], saved: list[tuple[torch.Tensor, ...]]) -> None:
         """Keep a prompt's keys and values for later prompts that start the same way; oldest out first."""
         if key in self._prefixes:
             self._prefixes.move_to_end(key)
             return
-        size = sum(keys.nbytes + values.nbytes for keys, values in prefix)
+        size = saved_nbytes(saved)
         if size > self.prefix_cache_bytes:
             return
-        self._prefixes[key] = prefix
+        self._prefixes[key] = saved
         self._prefix_bytes += size
         while self._prefix_bytes > self.prefix_cache_bytes:
             _, dropped = self._prefixes.popitem(last=False)
-            self._prefix_bytes -= sum(keys.nbytes + values.nbytes for keys, values in dropped)
+            self._prefix_bytes -= saved_nbytes(dropped)
 
-    def _longest_cached_prefix(self, prompt: list[int]) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]]]:
-        """(tokens to reuse, their cached keys/values); at least one prompt token is always left to run."""
+    def _longest_cached_prefix(self, prompt: list[int]) -> tuple[int, list[tuple[torch.Tensor, ...]]]:
+        """(tokens to reuse, their saved columns); at least one prompt token is always left to run."""
         best, best_key = 0, None
         for tokens in self._prefixes:
             limit = min(len(tokens), len(prompt) - 1)
@@ -427,125 +690,11 @@ class ContinuousBatcher:
         if best_key is None or best < _MIN_PREFIX_REUSE:
             return 0, []
         self._prefixes.move_to_end(best_key)
-        return best, self._prefixes[best_key]
+        saved = self._prefixes[best_key]
+        assert saved_columns(saved) >= best
+        return best, saved
 
-    def _place(self, joiners: list[tuple[_Row, _Group]]) -> None:
-        """Put joiners into free slots in place when they fit; otherwise rebuild the buffers."""
-        free = [slot for slot, row in enumerate(self._rows) if row is None]
-        fits = self._keys and len(joiners) == len(free) and all(group.width <= self._length for _, group in joiners)
-        if fits:
-            for slot, (row, group) in zip(free, joiners, strict=True):
-                assert group.prefix is not None
-                width = group.width
-                row.start = self._length - width
-                for layer, (keys, values) in enumerate(group.prefix):
-                    self._keys[layer][slot, :, row.start : self._length] = keys[0]
-                    self._values[layer][slot, :, row.start : self._length] = values[0]
-                self._mask[slot].fill_(False)
-                self._mask[slot, row.start : self._length] = True
-                self._rows[slot] = row
-        elif joiners or free:
-            self._rebuild(joiners)
-
-    def _rebuild(self, joiners: list[tuple[_Row, _Group]], extra: int = 0) -> None:
-        """Copy the kept rows and the joiners into fresh, compact buffers with room to grow."""
-        self.rebuilds += 1
-        kept = [(slot, row) for slot, row in enumerate(self._rows) if row is not None]
-        cut = min((row.start for _, row in kept), default=self._length)
-        span = self._length - cut
-        length = max([span] + [group.width for _, group in joiners])
-        capacity = _round_up(length + max(extra, 1) + _CAPACITY_CHUNK // 2, _CAPACITY_CHUNK)
-        rows = len(kept) + len(joiners)
-        if rows == 0:
-            self._rows, self._keys, self._values, self._length = [], [], [], 0
-            self._mask = torch.zeros((0, 0), dtype=torch.bool, device=self.device)
-            return
-        template = self._keys[0] if self._keys else joiners[0][1].prefix[0][0]  # type: ignore[index]
-        heads, head_dim = template.shape[1], template.shape[3]
-        layers = len(self._keys) if self._keys else len(joiners[0][1].prefix or [])
-        new_keys = [self._zeros(rows, heads, capacity, head_dim) for _ in range(layers)]
-        new_values = [self._zeros(rows, heads, capacity, head_dim) for _ in range(layers)]
-        if kept:
-            src = torch.tensor([slot for slot, _ in kept], device=self.device)
-            for layer in range(layers):
-                new_keys[layer][: len(kept), :, length - span : length] = self._keys[layer][src, :, cut : self._length]
-                new_values[layer][: len(kept), :, length - span : length] = self._values[layer][
-                    src, :, cut : self._length
-                ]
-        for index, (_, group) in enumerate(joiners, start=len(kept)):
-            assert group.prefix is not None
-            width = group.width
-            for layer, (keys, values) in enumerate(group.prefix):
-                new_keys[layer][index, :, length - width : length] = keys[0]
-                new_values[layer][index, :, length - width : length] = values[0]
-        new_rows: list[_Row | None] = []
-        mask = torch.zeros((rows, capacity), dtype=torch.bool, device=self.device)
-        for index, (_, row) in enumerate(kept):
-            row.start = row.start - cut + (length - span)
-            mask[index, row.start : length] = True
-            new_rows.append(row)
-        for index, (row, group) in enumerate(joiners, start=len(kept)):
-            row.start = length - group.width
-            mask[index, row.start : length] = True
-            new_rows.append(row)
-        self._rows, self._keys, self._values, self._mask, self._length = new_rows, new_keys, new_values, mask, length
-
-    def _zeros(self, *shape: int) -> torch.Tensor:
-        # Zeros, not empty: masked columns get zero weight, and 0 * NaN garbage would still be NaN.
-        return torch.zeros(shape, dtype=self.dtype, device=self.device)
-
-    def _step(self) -> None:
-        """One decode step for every active row; finished and cancelled rows leave their slot."""
-        for slot, row in enumerate(self._rows):
-            if row is not None and row.future.cancelled():
-                self._rows[slot] = None
-        live = [row for row in self._rows if row is not None]
-        if not live:
-            self._rebuild([])
-            return
-        if len(live) < len(self._rows):
-            self._rebuild([])
-        capacity = self._mask.shape[1]
-        if self._length + 1 > capacity or min(row.start for row in live) >= _COMPACT_AT:
-            self._rebuild([], extra=1)
-        rows = [row for row in self._rows if row is not None]
-        length = self._length
-        self._mask[:, length] = True
-        input_ids = torch.tensor([[row.tokens[-1]] for row in rows], dtype=torch.long, device=self.device)
-        positions = torch.tensor([[row.position] for row in rows], dtype=torch.long, device=self.device)
-        cache = Cache(layers=[_ColumnLayer(k, v, length) for k, v in zip(self._keys, self._values, strict=True)])
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=self._mask[:, : length + 1],
-            position_ids=positions,
-            use_cache=True,
-            **{self._cache_kwarg: cache},
-        )
-        self._length = length + 1
-        self.steps += 1
-        logits = out.logits[:, -1, :].float()
-        greedy = logits.argmax(dim=-1).tolist()
-        log_probs = torch.log_softmax(logits, dim=-1) if any(row.spec.logprobs for row in rows) else None
-        for slot, row in enumerate(rows):
-            if row.generator is None:
-                token = int(greedy[slot])
-            else:
-                token = _sample(logits[slot], row.spec.temperature, row.spec.top_p, row.generator)
-            row.tokens.append(token)
-            if log_probs is not None and row.spec.logprobs:
-                row.logprobs.append(float(log_probs[slot, token]))
-            if self._finish_if_done(row):
-                self._rows[slot] = None
-
-    def _append(self, row: _Row, logits: torch.Tensor) -> None:
-        """Take the first token of a row from its prompt's prefill logits."""
-        if row.generator is None:
-            token = int(logits.argmax())
-        else:
-            token = _sample(logits, row.spec.temperature, row.spec.top_p, row.generator)
-        row.tokens.append(token)
-        if row.spec.logprobs:
-            row.logprobs.append(float(torch.log_softmax(logits, dim=-1)[token]))
+    # ------------------------------------------------------------------ finishing and streaming
 
     def _finish_if_done(self, row: _Row) -> bool:
         """Resolve the row's future if its last token ended it; True when it did."""
@@ -562,9 +711,30 @@ class ContinuousBatcher:
             output = self._output(row, row.tokens, "length")
         if output is None:
             return False
+        if row.listener is not None and len(output.text) > row.sent:
+            _notify(row.listener, output.text[row.sent :])
+            row.sent = len(output.text)
         with contextlib.suppress(concurrent.futures.InvalidStateError):  # cancelled meanwhile: nobody waits
             row.future.set_result(output)
         return True
+
+    def _stream(self, row: _Row) -> None:
+        """Send the row's listener the text that can no longer change: held back are an unfinished
+        character and any tail that could still become the start of a stop string."""
+        if row.listener is None:
+            return
+        text = self._decode(row.tokens)
+        safe = len(text)
+        while safe and text[safe - 1] == "\ufffd":
+            safe -= 1
+        for stop in row.spec.stop:
+            for size in range(min(len(stop) - 1, safe), 0, -1):
+                if text[safe - size : safe] == stop[:size]:
+                    safe -= size
+                    break
+        if safe > row.sent:
+            _notify(row.listener, text[row.sent : safe])
+            row.sent = safe
 
     def _stop_in_tail(self, row: _Row) -> bool:
         """Whether a stop string shows in the last few tokens' text (decoding the whole row each step is O(n²)).
@@ -610,6 +780,34 @@ class ContinuousBatcher:
 
     def _decode(self, tokens: Sequence[int]) -> str:
         return str(self._tokenizer.decode(list(tokens), skip_special_tokens=True))
+
+
+def _full_cache(decoder: PackedDecoder, slots: int, max_columns: int) -> KVStore:
+    return SlotKVCache(
+        len(decoder.layers),
+        slots,
+        decoder.kv_heads,
+        decoder.head_dim,
+        dtype=decoder.dtype,
+        device=decoder.device,
+        max_columns=max_columns,
+    )
+
+
+def _pop_live(pending: deque[_Row]) -> _Row | None:
+    """The next sample that has not been cancelled (cancelled ones are dropped)."""
+    while pending:
+        row = pending.popleft()
+        if not row.future.cancelled():
+            return row
+    return None
+
+
+def _notify(listener: TextListener, text: str) -> None:
+    try:
+        listener(text)
+    except Exception:  # a listener's failure must not break the batch
+        log.exception("a text listener failed")
 
 
 def column_major_linears(model: Any) -> int:

@@ -9,15 +9,17 @@ resolvers that higher layers register with `register_model_resolver`.
 
 `settings.llm` switches on the inference kernels (`apply_kernels`): weight quantization
 (`quantization`, any4 and its baselines, calibrated on `any4.CALIBRATION_TEXT`; on the CPU the
-layers keep a dequantised copy, as no fused CPU kernel exists), a CommVQ KV cache
-(`kv_cache = "commvq"`, fitted once on that text's keys and values and cached under the cache dir,
-keyed by model and settings) and SpecPrefill for prompts of `SPECPREFILL_MIN_TOKENS` or more
+layers keep a dequantised copy, as no fused CPU kernel exists), a live CommVQ KV cache
+(`kv_cache = "commvq"`: codebooks fitted once on that text's keys and values and cached under the
+cache dir, keyed by model and settings; the batcher's slots then hold codes, see
+`veriloop.llm.commvq_cache`) and SpecPrefill for prompts of `SPECPREFILL_MIN_TOKENS` or more
 (`prefill = "specprefill"`, done by the batcher with the model's first layers as speculator).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import importlib.util
 import json
@@ -26,7 +28,7 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +36,10 @@ import torch
 
 from veriloop.config import Settings
 from veriloop.errors import BackendError, ConfigError
-from veriloop.llm.batcher import ContinuousBatcher, RowOutput, SampleSpec, SpeculativePrefill
+from veriloop.llm.base import StreamDelta
+from veriloop.llm.batcher import CacheFactory, ContinuousBatcher, RowOutput, SampleSpec, SpeculativePrefill
+from veriloop.llm.kv_cache import KVStore
+from veriloop.llm.packed import PackedDecoder
 from veriloop.records import Completion, Message, Prompt, SamplingParams, Usage
 
 log = logging.getLogger(__name__)
@@ -319,12 +324,18 @@ def apply_kernels(model: Any, tokenizer: Any, settings: Settings, folder: Path) 
                 if isinstance(module, QuantLinear):
                     module.materialize_(DTYPES[llm.dtype])
     if llm.kv_cache == "commvq":
-        from veriloop.kernels.commvq import attach_commvq_
-
-        commvq = commvq_for(model, tokenizer, settings, folder)
-        done["commvq"] = commvq
-        done["remove_commvq"] = attach_commvq_(model, commvq)
+        done["commvq"] = commvq_for(model, tokenizer, settings, folder)
     return done
+
+
+def commvq_cache_factory(commvq: Any) -> CacheFactory:
+    """The batcher's cache maker for a live CommVQ cache (codes in the slots, attention reads them)."""
+    from veriloop.llm.commvq_cache import CommVQSlotCache
+
+    def make(decoder: PackedDecoder, slots: int, max_columns: int) -> KVStore:
+        return CommVQSlotCache(commvq, decoder, slots, max_columns)
+
+    return make
 
 
 def speculative_prefill(settings: Settings) -> SpeculativePrefill | None:
@@ -369,6 +380,7 @@ class EmbeddedBackend:
         torch_threads: int = 1,
         eos_token_ids: Sequence[int] | None = None,
         speculative: SpeculativePrefill | None = None,
+        cache_factory: CacheFactory | None = None,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -383,6 +395,7 @@ class EmbeddedBackend:
             torch_threads=torch_threads,
             eos_token_ids=eos_token_ids,
             speculative=speculative,
+            cache_factory=cache_factory,
         )
 
     @classmethod
@@ -396,6 +409,7 @@ class EmbeddedBackend:
             max_batch_size=settings.llm.max_batch_size,
             torch_threads=settings.llm.torch_threads,
             speculative=speculative_prefill(settings),
+            cache_factory=commvq_cache_factory(kernels["commvq"]) if "commvq" in kernels else None,
         )
         backend.kernels = kernels
         return backend
@@ -452,10 +466,8 @@ class EmbeddedBackend:
 
         return await asyncio.to_thread(score)
 
-    async def generate(self, requests: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
-        if self.batcher.closed:
-            raise BackendError("the embedded backend is closed")
-        specs = [
+    def _specs(self, params: SamplingParams) -> list[SampleSpec]:
+        return [
             SampleSpec(
                 max_tokens=params.max_tokens,
                 temperature=params.temperature,
@@ -466,6 +478,11 @@ class EmbeddedBackend:
             )
             for index in range(params.n)
         ]
+
+    async def generate(self, requests: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
+        if self.batcher.closed:
+            raise BackendError("the embedded backend is closed")
+        specs = self._specs(params)
         prompts = [self.encode(prompt) for prompt in requests]
         futures = [asyncio.wrap_future(future) for ids in prompts for future in self.batcher.submit(ids, specs)]
         try:
@@ -476,6 +493,52 @@ class EmbeddedBackend:
             raise
         completions = [self._completion(output, params) for output in outputs]
         return [completions[start : start + params.n] for start in range(0, len(completions), params.n)]
+
+    async def stream(self, request: Prompt, params: SamplingParams) -> AsyncIterator[StreamDelta]:
+        """The request's samples as text deltas while the batcher decodes them (see `StreamingBackend`).
+
+        Closing the iterator early (a client that went away) cancels the samples and frees their slots.
+        """
+        if self.batcher.closed:
+            raise BackendError("the embedded backend is closed")
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[int, str, RowOutput | BaseException | None]] = asyncio.Queue()
+
+        def listener(index: int) -> Callable[[str], None]:
+            def hear(text: str) -> None:
+                loop.call_soon_threadsafe(queue.put_nowait, (index, text, None))
+
+            return hear
+
+        def finished(index: int) -> Callable[[concurrent.futures.Future[RowOutput]], None]:
+            def done(future: concurrent.futures.Future[RowOutput]) -> None:
+                if future.cancelled():
+                    return
+                error = future.exception()
+                outcome: RowOutput | BaseException = error if error is not None else future.result()
+                loop.call_soon_threadsafe(queue.put_nowait, (index, "", outcome))
+
+            return done
+
+        ids = self.encode(request)
+        futures = self.batcher.submit(ids, self._specs(params), [listener(index) for index in range(params.n)])
+        for index, future in enumerate(futures):
+            future.add_done_callback(finished(index))
+        remaining = params.n
+        try:
+            while remaining:
+                index, text, outcome = await queue.get()
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                if outcome is None:
+                    if text:
+                        yield StreamDelta(index=index, text=text)
+                    continue
+                remaining -= 1
+                yield StreamDelta(index=index, text="", completion=self._completion(outcome, params))
+        finally:
+            for future in futures:
+                future.cancel()
 
     def _completion(self, output: RowOutput, params: SamplingParams) -> Completion:
         return Completion(

@@ -4,11 +4,17 @@ Each HTTP request becomes one `backend.generate` call awaited on the event loop,
 requests reach the backend concurrently and the embedded continuous batcher can decode them
 together. Logprobs are the sampled tokens' own; `top_logprobs` alternatives are not computed by
 our backends, so those lists come back empty. With `stream: true` the answer is sent as
-server-sent events in OpenAI's chunk format, each sample in one chunk once it is complete.
+server-sent events in OpenAI's chunk format: a backend that can stream (`StreamingBackend`, as
+the embedded one) sends each sample's text as it is decoded, `n > 1` samples as separate choice
+indexes interleaved, each choice's last chunk carrying its finish reason (and its token ids and
+logprobs); other backends send each sample in one chunk once it is complete.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Annotated, Any
 from uuid import uuid4
@@ -18,7 +24,8 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
 from veriloop.config import Settings
-from veriloop.llm.base import Backend
+from veriloop.errors import BackendError
+from veriloop.llm.base import Backend, StreamDelta, StreamingBackend
 from veriloop.records import Completion, Message, Prompt, SamplingParams
 from veriloop.service.deps import backend_of, settings_of
 from veriloop.service.http_errors import APIError
@@ -68,6 +75,9 @@ async def chat_completions(
         raise APIError(400, "only response_format type 'text' is supported", param="response_format")
     max_tokens = body.max_completion_tokens or body.max_tokens or DEFAULT_CHAT_MAX_TOKENS
     params = _params(body, max_tokens, logprobs=body.logprobs)
+    if body.stream and isinstance(backend, StreamingBackend):
+        live = _live_chat_chunks(backend, _conversation(body.messages), params, body.logprobs)
+        return _live_stream(live, include_usage=_include_usage(body))
     [samples] = await backend.generate([_conversation(body.messages)], params)
     choices = [
         ChatChoice(
@@ -98,6 +108,9 @@ async def completions(
         raise APIError(400, "suffix is not supported by this server", param="suffix")
     prompts = _text_prompts(body.prompt)
     params = _params(body, body.max_tokens or DEFAULT_TEXT_MAX_TOKENS, logprobs=body.logprobs is not None)
+    if body.stream and isinstance(backend, StreamingBackend):
+        live = _live_text_chunks(backend, prompts, params, body.logprobs is not None)
+        return _live_stream(live, include_usage=_include_usage(body))
     results = await backend.generate(list(prompts), params)
     choices = []
     for prompt_index, (prompt, samples) in enumerate(zip(prompts, results, strict=True)):
@@ -267,6 +280,130 @@ def _stream(chunks: Iterable[BaseModel], *, include_usage: bool, usage: UsageOut
     async def events() -> AsyncIterator[str]:
         for item in items:
             yield f"data: {item.model_dump_json(exclude_none=True)}\n\n"
+        yield "data: [DONE]\n\n"
+
+    headers: dict[str, Any] = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+
+
+# --------------------------------------------------------------------------- live streaming
+
+
+async def _live_chat_chunks(
+    backend: Backend, prompt: Prompt, params: SamplingParams, logprobs: bool
+) -> AsyncIterator[tuple[BaseModel, Completion | None, int]]:
+    """Chunks of a chat completion as the backend decodes: a role chunk per choice, content deltas, a final chunk."""
+    head = {"id": f"chatcmpl-{uuid4().hex}", "model": backend.model_id}
+    for index in range(params.n):
+        opening = ChatChunkChoice(index=index, delta=ChatDelta(role="assistant", content=""))
+        yield ChatCompletionChunk(**head, choices=[opening]), None, 0
+    assert isinstance(backend, StreamingBackend)
+    async for delta in backend.stream(prompt, params):
+        if delta.completion is None:
+            piece = ChatChunkChoice(index=delta.index, delta=ChatDelta(content=delta.text))
+            yield ChatCompletionChunk(**head, choices=[piece]), None, 0
+            continue
+        sample = delta.completion
+        final = ChatChunkChoice(
+            index=delta.index,
+            delta=ChatDelta(),
+            finish_reason=sample.finish_reason,
+            logprobs=_chat_logprobs(backend, sample) if logprobs else None,
+            token_ids=sample.token_ids,
+        )
+        yield ChatCompletionChunk(**head, choices=[final]), sample, 0
+
+
+async def _live_text_chunks(
+    backend: Backend, prompts: Sequence[str], params: SamplingParams, logprobs: bool
+) -> AsyncIterator[tuple[BaseModel, Completion | None, int]]:
+    """Chunks of a text completion as the backend decodes; prompt i's sample j is choice i·n + j."""
+    head = {"id": f"cmpl-{uuid4().hex}", "model": backend.model_id}
+    assert isinstance(backend, StreamingBackend)
+    async for prompt_index, delta in _merged([backend.stream(prompt, params) for prompt in prompts]):
+        index = prompt_index * params.n + delta.index
+        sample = delta.completion
+        if sample is None:
+            choice = TextChoice(index=index, text=delta.text, finish_reason=None)
+        else:
+            choice = TextChoice(
+                index=index,
+                text="",
+                finish_reason=sample.finish_reason,
+                logprobs=_text_logprobs(backend, sample, len(prompts[prompt_index])) if logprobs else None,
+                token_ids=sample.token_ids,
+            )
+        yield CompletionResponse(**head, choices=[choice], usage=None), sample, prompt_index
+
+
+async def _merged(streams: Sequence[AsyncIterator[StreamDelta]]) -> AsyncIterator[tuple[int, StreamDelta]]:
+    """Several streams interleaved as their items come, each item tagged with its stream's index."""
+    if len(streams) == 1:
+        async for item in streams[0]:
+            yield 0, item
+        return
+    queue: asyncio.Queue[tuple[int, StreamDelta | BaseException | None]] = asyncio.Queue()
+
+    async def pump(index: int, stream: AsyncIterator[StreamDelta]) -> None:
+        try:
+            async for item in stream:
+                await queue.put((index, item))
+        except Exception as exc:  # handed to the reader, which raises it
+            await queue.put((index, exc))
+        finally:
+            await queue.put((index, None))
+
+    tasks = [asyncio.create_task(pump(index, stream)) for index, stream in enumerate(streams)]
+    try:
+        open_streams = len(tasks)
+        while open_streams:
+            index, got = await queue.get()
+            if got is None:
+                open_streams -= 1
+            elif isinstance(got, BaseException):
+                raise got
+            else:
+                yield index, got
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+def _live_stream(
+    chunks: AsyncIterator[tuple[BaseModel, Completion | None, int]], *, include_usage: bool
+) -> StreamingResponse:
+    """SSE of chunks as they are made; usage (when asked) once every sample is done, then `[DONE]`.
+
+    A backend failure after the stream began cannot change the status code any more: it is sent as
+    an OpenAI error object in the stream, then the stream ends.
+    """
+
+    async def events() -> AsyncIterator[str]:
+        last: BaseModel | None = None
+        prompt_tokens: dict[int, int] = {}
+        completion_tokens = 0
+        try:
+            async for chunk, sample, prompt in chunks:
+                last = chunk
+                if sample is not None:
+                    completion_tokens += sample.usage.completion_tokens
+                    prompt_tokens[prompt] = sample.usage.prompt_tokens
+                yield f"data: {chunk.model_dump_json(exclude_none=True)}\n\n"
+        except BackendError as exc:
+            error = {"error": {"message": str(exc), "type": "server_error", "param": None, "code": "backend_error"}}
+            yield f"data: {json.dumps(error)}\n\n"
+            yield "data: [DONE]\n\n"
+            return
+        if include_usage and last is not None:
+            prompts = sum(prompt_tokens.values())
+            usage = UsageOut(
+                prompt_tokens=prompts, completion_tokens=completion_tokens, total_tokens=prompts + completion_tokens
+            )
+            tail = last.model_copy(update={"choices": [], "usage": usage})
+            yield f"data: {tail.model_dump_json(exclude_none=True)}\n\n"
         yield "data: [DONE]\n\n"
 
     headers: dict[str, Any] = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

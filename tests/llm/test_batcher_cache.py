@@ -1,0 +1,164 @@
+"""The batcher's step machinery on the tiny llama: joint and chunked prefill, the slot cache, the live CommVQ cache."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+import torch
+
+from veriloop.kernels.commvq import attach_commvq_, collect_kv, fit_commvq
+from veriloop.llm.batcher import ContinuousBatcher, SampleSpec
+from veriloop.llm.commvq_cache import CommVQSlotCache
+from veriloop.llm.embedded import commvq_cache_factory
+from veriloop.llm.kv_cache import SlotKVCache
+
+PROMPTS = ["def add(a, b):", "hello there", "x" * 40, "The quick brown fox jumps"]
+
+
+def encode(tokenizer: Any, text: str) -> list[int]:
+    return list(tokenizer(text).input_ids)
+
+
+def reference_greedy(model: Any, ids: Sequence[int], max_tokens: int) -> list[int]:
+    with torch.inference_mode():
+        out = model.generate(
+            torch.tensor([list(ids)]),
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            max_new_tokens=max_tokens,
+            do_sample=False,
+            eos_token_id=None,
+        )
+    return [int(token) for token in out[0, len(ids) :]]
+
+
+def test_prompts_that_join_together_are_prefilled_in_one_forward(tiny: tuple[Any, Any]) -> None:
+    model, tokenizer = tiny
+    batcher = ContinuousBatcher(model, tokenizer, max_batch_size=4, eos_token_ids=[])
+    try:
+        with batcher._cond:  # queue all four before the worker looks, as concurrent callers would
+            futures = [batcher.submit(encode(tokenizer, p), [SampleSpec(max_tokens=1)])[0] for p in PROMPTS]
+        outputs = [future.result(timeout=60) for future in futures]
+        assert batcher.stats.steps == 1 and batcher.stats.mixed_steps == 1
+        assert batcher.stats.prefill_tokens == sum(len(encode(tokenizer, p)) for p in PROMPTS)
+        for prompt, output in zip(PROMPTS, outputs, strict=True):
+            assert output.token_ids == reference_greedy(model, encode(tokenizer, prompt), 1)
+    finally:
+        batcher.close()
+
+
+def test_a_long_prompt_is_prefilled_in_chunks_while_a_row_decodes(tiny: tuple[Any, Any]) -> None:
+    model, tokenizer = tiny
+    batcher = ContinuousBatcher(model, tokenizer, max_batch_size=2, eos_token_ids=[], prefill_chunk=16)
+    try:
+        seen: list[int] = []
+        running_ids = encode(tokenizer, "running")
+        running = batcher.submit(
+            running_ids, [SampleSpec(max_tokens=60)], [lambda _: seen.append(batcher.stats.prefill_tokens)]
+        )[0]
+        deadline = time.monotonic() + 60
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.001)
+        long_ids = list(torch.randint(3, 259, (300,), generator=torch.Generator().manual_seed(2)).tolist())
+        joined = batcher.submit(long_ids, [SampleSpec(max_tokens=5)])[0]
+        first, second = running.result(timeout=120), joined.result(timeout=120)
+        start = len(running_ids)
+        # The running row took tokens while the long prompt was part-way through its prefill.
+        assert any(start < count < start + 300 for count in seen)
+        assert batcher.stats.mixed_steps >= 300 // 16
+        assert first.token_ids == reference_greedy(model, running_ids, 60)
+        assert second.token_ids == reference_greedy(model, long_ids, 5)
+    finally:
+        batcher.close()
+
+
+def test_a_row_leaving_frees_its_slot_without_moving_the_others(tiny: tuple[Any, Any]) -> None:
+    model, tokenizer = tiny
+    batcher = ContinuousBatcher(model, tokenizer, max_batch_size=2, eos_token_ids=[])
+    try:
+        long = batcher.submit(encode(tokenizer, "long"), [SampleSpec(max_tokens=80)])[0]
+        shorts = [batcher.submit(encode(tokenizer, f"s{i}"), [SampleSpec(max_tokens=3)])[0] for i in range(6)]
+        assert long.result(timeout=60).token_ids == reference_greedy(model, encode(tokenizer, "long"), 80)
+        for index, future in enumerate(shorts):
+            assert future.result(timeout=60).token_ids == reference_greedy(model, encode(tokenizer, f"s{index}"), 3)
+        cache = batcher.cache
+        assert isinstance(cache, SlotKVCache)
+        assert cache.grows == 1  # allocated once; six rows came and went through the second slot
+        assert batcher.peak_rows == 2
+    finally:
+        batcher.close()
+
+
+@pytest.fixture(scope="module")
+def tiny_commvq(tiny: tuple[Any, Any]) -> Any:
+    model, _ = tiny
+    ids = torch.randint(3, 259, (256,), generator=torch.Generator().manual_seed(0))
+    kv = collect_kv(model, ids, head_dim=model.config.hidden_size // model.config.num_attention_heads)
+    return fit_commvq(kv, key_stages=4, codebook_size=16, em_iters=3, value_bits=2, value_steps=5)
+
+
+def test_the_live_commvq_cache_decodes_what_compress_then_decompress_gives(
+    tiny: tuple[Any, Any], tiny_commvq: Any
+) -> None:
+    """Scoring through a cache of codes gives transformers' log-probabilities on keys and values sent
+    through the codec; the cache holds bytes, at least 5x fewer than fp32.
+
+    Not every position agrees: a key whose projection differs in the last float bit between a batch
+    of one token and a batch of the whole text can fall on the other side of a near tie between two
+    codewords, and the tiny random model's sharp logits amplify that. Most positions agree closely."""
+    model, tokenizer = tiny
+    remove = attach_commvq_(model, tiny_commvq)
+    try:
+        references = []
+        for prompt in PROMPTS:
+            ids = encode(tokenizer, prompt)
+            tokens = reference_greedy(model, ids, 12)
+            with torch.inference_mode():
+                logits = model(input_ids=torch.tensor([ids + tokens])).logits[0].float()
+            logps = torch.log_softmax(logits, dim=-1)
+            references.append((ids, tokens, [float(logps[len(ids) - 1 + i, t]) for i, t in enumerate(tokens)]))
+    finally:
+        remove()
+    batcher = ContinuousBatcher(
+        model, tokenizer, max_batch_size=3, eos_token_ids=[], cache_factory=commvq_cache_factory(tiny_commvq)
+    )
+    try:
+        futures = [
+            batcher.submit(ids, [SampleSpec(max_tokens=12, forced=tuple(tokens), logprobs=True)])[0]
+            for ids, tokens, _ in references
+        ]
+        close, total = 0, 0
+        for (_, tokens, wanted), future in zip(references, futures, strict=True):
+            output = future.result(timeout=60)
+            assert output.token_ids == tokens and output.logprobs is not None
+            close += sum(abs(a - b) < 2e-2 for a, b in zip(output.logprobs, wanted, strict=True))
+            total += len(wanted)
+        assert close >= 0.75 * total, (close, total)
+        ids, tokens, _ = references[0]
+        greedy = batcher.submit(ids, [SampleSpec(max_tokens=12)])[0].result(timeout=60)
+        assert greedy.token_ids[:4] == tokens[:4]
+        cache = batcher.cache
+        assert isinstance(cache, CommVQSlotCache)
+        full = SlotKVCache(2, 3, 2, 16, dtype=torch.float32, device=torch.device("cpu"), max_columns=1024)
+        assert full.bytes_per_token() / cache.bytes_per_token() >= 5
+        assert cache.key_codes[0].dtype == torch.uint8 and cache.value_codes[0].dtype == torch.uint8
+    finally:
+        batcher.close()
+
+
+def test_forced_tokens_score_a_continuation(tiny: tuple[Any, Any]) -> None:
+    model, tokenizer = tiny
+    batcher = ContinuousBatcher(model, tokenizer, max_batch_size=2, eos_token_ids=[])
+    try:
+        ids, forced = encode(tokenizer, "def add(a, b):"), encode(tokenizer, " return a + b")
+        output = batcher.submit(ids, [SampleSpec(max_tokens=100, forced=tuple(forced), logprobs=True)])[0].result(60)
+        assert output.token_ids == forced and output.logprobs is not None
+        with torch.inference_mode():
+            logits = model(input_ids=torch.tensor([ids + forced])).logits[0].float()
+        expected = torch.log_softmax(logits, dim=-1)
+        wanted = [float(expected[len(ids) - 1 + i, t]) for i, t in enumerate(forced)]
+        assert output.logprobs == pytest.approx(wanted, abs=1e-4)
+    finally:
+        batcher.close()

@@ -1,0 +1,218 @@
+"""A live CommVQ KV cache for the batcher: slots hold codes, and attention reads the codes.
+
+Per (slot, KV head, column) it stores:
+
+* the key's residual codes, one byte per stage (index pair (a, b) as a·K + b, so K ≤ 16), and the
+  key's norm in fp16. Keys are encoded before RoPE; the RoPE-commutative codebook (every centre
+  zA_a + i·zB_b is a complex number per rotate-half pair, i.e. a 2×2 matrix that commutes with the
+  rotation) means a key rotated to its position is the sum of rotated centres, which is what the
+  attention step computes: it sums the stage centres (a table lookup per stage) and rotates the
+  sum at the key's own position;
+* the value's binary code, bit-packed, and one fp16 factor (the value's norm divided by the norm
+  of its raw decoding, so no renormalisation is needed when reading). Attention never decodes a
+  value: with weights p_j, Σ_j p_j·v_j = scale ⊙ ((Σ_j w_j)·bias + (Σ_j w_j·bits_j)·E) with
+  w_j = p_j·factor_j, so it sums code bits weighted by attention and multiplies by the codebook
+  once per query;
+* the key's position (int32, shared by all layers), since SpecPrefill leaves gaps.
+
+Measured bytes per token come from these buffers (`bytes_per_token`), not from a formula.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from veriloop.kernels.commvq import CommVQ, from_pairs, to_pairs
+from veriloop.llm.kv_cache import Chunk, RopeFn, StepLayout, causal_chunk_mask, decode_mask, grown_capacity
+from veriloop.llm.packed import PackedDecoder
+
+
+class CommVQSlotCache:
+    """The `KVStore` of `llm.kv_cache = "commvq"`: codes per slot, decoded inside attention."""
+
+    def __init__(self, commvq: CommVQ, decoder: PackedDecoder, slots: int, max_columns: int) -> None:
+        if commvq.layers != len(decoder.layers) or commvq.head_dim != decoder.head_dim:
+            raise ValueError("the CommVQ codebooks were fitted for another model shape")
+        size = commvq.keys[0].size
+        if size > 16:
+            raise ValueError("the live CommVQ cache stores a stage's index pair in one byte: codebook_size ≤ 16")
+        self.commvq, self.decoder = commvq, decoder
+        self.layers, self.slots = len(decoder.layers), slots
+        self.kv_heads, self.head_dim = decoder.kv_heads, decoder.head_dim
+        self.max_columns = max_columns
+        self.device = decoder.device
+        self.stages = commvq.keys[0].stages
+        self.size = size
+        self.code_bits = commvq.values.code_bits
+        if self.code_bits % 8:
+            raise ValueError("the live CommVQ cache packs value codes in bytes: head_dim × value_bits must divide by 8")
+        self.capacity = 0
+        self.grows = 0
+        # Per layer: centre tables (kv_heads·stages·K², d) of pre-RoPE unit keys, and the value codebook.
+        self._key_tables: list[torch.Tensor] = []
+        for book in commvq.keys:
+            centres = book.za[:, :, :, None, :] + 1j * book.zb[:, :, None, :, :]  # (H, R, K, K, P)
+            real = from_pairs(centres.reshape(self.kv_heads, self.stages, size * size, -1))
+            self._key_tables.append(real.reshape(-1, self.head_dim).float().to(self.device))
+        stage_offsets = torch.arange(self.kv_heads * self.stages, device=self.device) * size * size
+        self._offsets = stage_offsets.view(self.kv_heads, self.stages)
+        codec = commvq.values
+        self._value_books = [codec.codebook[layer].detach().float().to(self.device) for layer in range(self.layers)]
+        self._value_bias = [codec.bias[layer, 0].detach().float().to(self.device) for layer in range(self.layers)]
+        self._value_scale = commvq.value_scale.float().to(self.device)  # (layers, heads, d)
+        self._shifts = torch.arange(8, device=self.device, dtype=torch.uint8)
+        self.key_codes: list[torch.Tensor] = []
+        self.key_norms: list[torch.Tensor] = []
+        self.value_codes: list[torch.Tensor] = []
+        self.value_norms: list[torch.Tensor] = []
+        self.positions = torch.zeros(0, 0, dtype=torch.int32, device=self.device)
+
+    # ----------------------------------------------------------------- storage
+
+    def ensure(self, columns: int) -> None:
+        if columns <= self.capacity:
+            return
+        capacity = max(columns, min(self.max_columns, grown_capacity(columns)))
+        s, h = self.slots, self.kv_heads
+
+        def grow(old: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+            new = torch.zeros(shape, dtype=dtype, device=self.device)
+            if old.numel():
+                new[:, :, : self.capacity] = old
+            return new
+
+        empty = torch.zeros(0)
+        for layer in range(self.layers):
+            if len(self.key_codes) <= layer:
+                self.key_codes.append(empty)
+                self.key_norms.append(empty)
+                self.value_codes.append(empty)
+                self.value_norms.append(empty)
+            self.key_codes[layer] = grow(self.key_codes[layer], (s, h, capacity, self.stages), torch.uint8)
+            self.key_norms[layer] = grow(self.key_norms[layer], (s, h, capacity), torch.float16)
+            self.value_codes[layer] = grow(self.value_codes[layer], (s, h, capacity, self.code_bits // 8), torch.uint8)
+            self.value_norms[layer] = grow(self.value_norms[layer], (s, h, capacity), torch.float16)
+        positions = torch.zeros(s, capacity, dtype=torch.int32, device=self.device)
+        if self.capacity:
+            positions[:, : self.capacity] = self.positions
+        self.positions = positions
+        self.capacity = capacity
+        self.grows += 1
+
+    def write(self, layer: int, layout: StepLayout, keys: torch.Tensor, values: torch.Tensor, rope: RopeFn) -> None:
+        """Encode the step's pre-RoPE keys and values (N, kv_heads, d) into their (slot, column)."""
+        commvq = self.commvq
+        n = keys.shape[0]
+        key_float = keys.float()
+        norms = key_float.norm(dim=-1)  # (N, H)
+        unit = to_pairs(key_float / norms[..., None].clamp(min=1e-8)).transpose(0, 1)  # (H, N, P)
+        codes = commvq.keys[layer].encode(unit)  # (H, N, R, 2)
+        packed = (codes[..., 0] * self.size + codes[..., 1]).to(torch.uint8).transpose(0, 1)  # (N, H, R)
+        scaled = values.float() / self._value_scale[layer][None]
+        value_norms = scaled.norm(dim=-1)
+        value_unit = (scaled / value_norms[..., None].clamp(min=1e-8)).reshape(1, -1, self.head_dim)
+        bits = commvq.values.encode(value_unit, layer)[0]  # (N·H, code_bits) 0/1
+        raw = self._value_bias[layer] + bits.float() @ self._value_books[layer]
+        factor = value_norms.reshape(-1) / raw.norm(dim=-1).clamp(min=1e-8)
+        value_packed = _pack(bits).view(n, self.kv_heads, -1)
+        slots, columns = layout.slots, layout.columns
+        self.key_codes[layer][slots, :, columns] = packed
+        self.key_norms[layer][slots, :, columns] = norms.to(torch.float16)
+        self.value_codes[layer][slots, :, columns] = value_packed
+        self.value_norms[layer][slots, :, columns] = factor.view(n, self.kv_heads).to(torch.float16)
+        if layer == 0:
+            self.positions[slots, columns] = layout.positions.to(torch.int32)
+
+    # ----------------------------------------------------------------- reading
+
+    def _keys(self, layer: int, slots: slice, end: int) -> torch.Tensor:
+        """Keys with RoPE at their positions, summed from the codebook: (S, H, end, d) float."""
+        codes = self.key_codes[layer][slots, :, :end].long()  # (S, H, L, R)
+        s, h, length, stages = codes.shape
+        index = (codes + self._offsets[None, :, None, :]).reshape(-1, stages)
+        unit = F.embedding_bag(index, self._key_tables[layer], mode="sum")  # (S·H·L, d)
+        keys = unit.view(s, h, length, -1) * self.key_norms[layer][slots, :, :end].float()[..., None]
+        positions = self.positions[slots, :end].long()  # (S, L)
+        flat = keys.permute(0, 2, 1, 3).reshape(s * length, h, -1)
+        rotated = self.decoder.rope(flat.to(self.decoder.dtype), positions.reshape(-1)).float()
+        return rotated.view(s, length, h, -1).permute(0, 2, 1, 3)
+
+    def _attend(
+        self, layer: int, slots: slice, end: int, q: torch.Tensor, mask: torch.Tensor, scale: float
+    ) -> torch.Tensor:
+        """q (S, H, Q, d), mask broadcastable to (S, H, Q, end): attention read straight from the codes."""
+        keys = self._keys(layer, slots, end)
+        scores = (q.float() @ keys.transpose(-1, -2)) * scale
+        weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)  # (S, H, Q, L)
+        weights = weights * self.value_norms[layer][slots, :, :end].float()[:, :, None, :]
+        bits = _unpack(self.value_codes[layer][slots, :, :end], self.code_bits)  # (S, H, L, bits)
+        summed = weights @ bits  # (S, H, Q, code_bits)
+        out = summed @ self._value_books[layer] + weights.sum(-1, keepdim=True) * self._value_bias[layer]
+        return out * self._value_scale[layer][None, :, None, :]
+
+    def decode_attention(self, layer: int, layout: StepLayout, q: torch.Tensor, scale: float) -> torch.Tensor:
+        used = layout.slots_used
+        longest = int(layout.decode_lengths.max())
+        full = q.new_zeros((used, *q.shape[1:]))
+        full[layout.decode_slots] = q
+        out = self._attend(layer, slice(0, used), longest, full, decode_mask(layout, q.device), scale)
+        return out[layout.decode_slots].to(q.dtype)
+
+    def chunk_attention(self, layer: int, chunk: Chunk, q: torch.Tensor, scale: float) -> torch.Tensor:
+        end = chunk.start + chunk.count
+        count, heads, group, dim = q.shape
+        queries = q.permute(1, 2, 0, 3).reshape(1, heads, group * count, dim)
+        mask = causal_chunk_mask(chunk.start, count, group, q.device)[None, None]
+        out = self._attend(layer, slice(chunk.slot, chunk.slot + 1), end, queries, mask, scale)
+        return out.view(heads, group, count, dim).permute(2, 0, 1, 3).to(q.dtype)
+
+    # ----------------------------------------------------------------- sharing and size
+
+    def copy_out(self, slot: int, end: int) -> list[tuple[torch.Tensor, ...]]:
+        saved: list[tuple[torch.Tensor, ...]] = [
+            (
+                self.key_codes[layer][slot, :, :end].clone(),
+                self.key_norms[layer][slot, :, :end].clone(),
+                self.value_codes[layer][slot, :, :end].clone(),
+                self.value_norms[layer][slot, :, :end].clone(),
+            )
+            for layer in range(self.layers)
+        ]
+        saved.append((self.positions[slot, :end].clone(),))
+        return saved
+
+    def copy_in(self, slot: int, saved: Sequence[tuple[torch.Tensor, ...]], end: int | None = None) -> None:
+        stop = int(saved[-1][0].shape[0]) if end is None else end
+        for layer in range(self.layers):
+            key_codes, key_norms, value_codes, value_norms = saved[layer]
+            self.key_codes[layer][slot, :, :stop] = key_codes[:, :stop]
+            self.key_norms[layer][slot, :, :stop] = key_norms[:, :stop]
+            self.value_codes[layer][slot, :, :stop] = value_codes[:, :stop]
+            self.value_norms[layer][slot, :, :stop] = value_norms[:, :stop]
+        self.positions[slot, :stop] = saved[-1][0][:stop]
+
+    def nbytes(self) -> int:
+        tensors = self.key_codes + self.key_norms + self.value_codes + self.value_norms + [self.positions]
+        return sum(tensor.numel() * tensor.element_size() for tensor in tensors)
+
+    def bytes_per_token(self) -> float:
+        """Bytes the allocated buffers spend per (slot, column): measured from the live tensors."""
+        if not self.capacity:
+            self.ensure(1)
+        return self.nbytes() / (self.slots * self.capacity)
+
+
+def _pack(bits: torch.Tensor) -> torch.Tensor:
+    """(N, nbits) 0/1 → (N, nbits/8) uint8, least significant bit first."""
+    n, nbits = bits.shape
+    weights = (2 ** torch.arange(8, device=bits.device)).to(torch.uint8)
+    return (bits.to(torch.uint8).view(n, nbits // 8, 8) * weights).sum(-1).to(torch.uint8)
+
+
+def _unpack(packed: torch.Tensor, nbits: int) -> torch.Tensor:
+    """(..., nbits/8) uint8 → (..., nbits) float 0/1."""
+    shifts = torch.arange(8, device=packed.device, dtype=torch.uint8)
+    return ((packed[..., None] >> shifts) & 1).flatten(-2)[..., :nbits].float()

@@ -1,0 +1,113 @@
+"""One forward over a step's packed tokens: the decoding rows' last tokens and the prompt chunks being prefilled.
+
+Hugging Face's forward takes a rectangle (batch, length); a step that mixes one token for each of
+eight decoding rows with a 128-token chunk of a joining prompt is not one. So the batcher runs the
+model's own modules (embeddings, norms, projections, MLPs, rotary embedding, lm_head) over the
+tokens flattened to (N, hidden): the linear layers, nearly all of the work, see every token of
+the step at once, and only attention is split, per the cache's layout (see `kv_cache`). Logits
+are computed only where a token is chosen: one per decoding row and one per prompt whose prefill
+ends in this step.
+
+Supported: Llama-style decoders (`llama`, `mistral` without a sliding window, `qwen2` without a
+sliding window), including layers replaced by quantized or LoRA modules, since modules are called,
+not their weights read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from veriloop.errors import BackendError
+from veriloop.llm.kv_cache import KVStore, StepLayout
+
+SUPPORTED = ("llama", "mistral", "qwen2")
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class PackedDecoder:
+    """A Llama-style causal LM run over packed tokens with an external KV store."""
+
+    def __init__(self, model: Any) -> None:
+        config = model.config
+        kind = getattr(config, "model_type", "?")
+        if kind not in SUPPORTED:
+            raise BackendError(
+                f"the embedded batcher runs Llama-style decoders ({', '.join(SUPPORTED)}); {kind!r} is not one"
+            )
+        window = getattr(config, "sliding_window", None)
+        if window and getattr(config, "use_sliding_window", True) and window < config.max_position_embeddings:
+            raise BackendError(f"{kind} with a {window}-token sliding window is not supported by the embedded batcher")
+        base = getattr(model, getattr(model, "base_model_prefix", "model"), None)
+        if base is None or not hasattr(base, "layers"):
+            raise BackendError(f"{type(model).__name__} has no decoder layers where a Llama-style model keeps them")
+        self.model = model
+        self.layers: list[Any] = list(base.layers)
+        for layer in self.layers:
+            attn = layer.self_attn
+            if hasattr(attn, "q_norm") or hasattr(attn, "k_norm"):
+                raise BackendError(f"{kind} layers with query/key norms are not supported by the embedded batcher")
+        self.embed: Any = base.embed_tokens
+        self.norm: Any = base.norm
+        self.rotary: Any = base.rotary_emb
+        self.lm_head: Any = model.lm_head
+        self.heads = int(config.num_attention_heads)
+        self.kv_heads = int(getattr(config, "num_key_value_heads", None) or self.heads)
+        self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.heads)
+        self.group = self.heads // self.kv_heads
+        self.scale = float(getattr(self.layers[0].self_attn, "scaling", self.head_dim**-0.5))
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+
+    def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rotary embedding's (cos, sin), each (N, head_dim), at `positions` (N,)."""
+        probe = torch.empty(1, dtype=self.dtype, device=self.device)
+        cos, sin = self.rotary(probe, positions.to(self.device)[None])
+        return cos[0], sin[0]
+
+    def rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """RoPE of per-token vectors x (N, ..., head_dim) at `positions` (N,), Llama's rotate-half convention."""
+        cos, sin = self.cos_sin(positions)
+        shape = (cos.shape[0],) + (1,) * (x.dim() - 2) + (cos.shape[-1],)
+        return x * cos.view(shape) + _rotate_half(x) * sin.view(shape)
+
+    def forward(
+        self, input_ids: torch.Tensor, layout: StepLayout, cache: KVStore, logit_index: torch.Tensor
+    ) -> torch.Tensor:
+        """Run the step; returns float logits (len(logit_index), vocab) of the tokens at `logit_index`."""
+        n = int(input_ids.shape[0])
+        x = self.embed(input_ids)
+        cos, sin = self.cos_sin(layout.positions)
+        q_cos, q_sin = cos.view(n, 1, 1, -1), sin.view(n, 1, 1, -1)
+        k_cos, k_sin = cos.view(n, 1, -1), sin.view(n, 1, -1)
+
+        def rope_keys(keys: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+            return keys * k_cos + _rotate_half(keys) * k_sin  # the step's own positions, already computed
+
+        for index, layer in enumerate(self.layers):
+            attn: Any = layer.self_attn
+            h = layer.input_layernorm(x)
+            q = attn.q_proj(h).view(n, self.kv_heads, self.group, self.head_dim)
+            keys = attn.k_proj(h).view(n, self.kv_heads, self.head_dim)
+            values = attn.v_proj(h).view(n, self.kv_heads, self.head_dim)
+            q = q * q_cos + _rotate_half(q) * q_sin
+            cache.write(index, layout, keys, values, rope_keys)
+            if layout.decode == n:
+                out = cache.decode_attention(index, layout, q, self.scale)
+            else:
+                out = torch.empty_like(q)
+                if layout.decode:
+                    out[: layout.decode] = cache.decode_attention(index, layout, q[: layout.decode], self.scale)
+                for chunk in layout.chunks:
+                    part = slice(chunk.offset, chunk.offset + chunk.count)
+                    out[part] = cache.chunk_attention(index, chunk, q[part], self.scale)
+            x = x + attn.o_proj(out.reshape(n, self.heads * self.head_dim))
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+        hidden = self.norm(x[logit_index])
+        logits: torch.Tensor = self.lm_head(hidden).float()
+        return logits
