@@ -181,7 +181,7 @@ class Judge:
         security: bool = True,
     ) -> None:
         self.settings = settings
-        self.sandbox = sandbox if sandbox is not None else get_sandbox(settings)
+        self._sandbox = sandbox
         self.concurrency = concurrency or max(1, settings.sandbox.warm_workers)
         self.queue_timeout_s = queue_timeout_s
         self.security = security
@@ -192,6 +192,13 @@ class Judge:
         self._ready = False
         self._prepare_lock = asyncio.Lock()
         self.in_flight = 0
+
+    @property
+    def sandbox(self) -> Sandbox:
+        """The sandbox, built on first use (a sandbox that cannot even start gives infra_error verdicts)."""
+        if self._sandbox is None:
+            self._sandbox = get_sandbox(self.settings)
+        return self._sandbox
 
     async def start(self) -> None:
         """Start the sandbox's warm workers before the first candidate (otherwise they start on demand)."""
@@ -209,7 +216,8 @@ class Judge:
         for verifier in self._verifiers.values():
             await verifier.aclose()
         self._verifiers.clear()
-        await self.sandbox.aclose()
+        if self._sandbox is not None:
+            await self._sandbox.aclose()
 
     # ----------------------------------------------------------------------- public
 

@@ -12,6 +12,7 @@ import logging
 import os
 import tempfile
 import threading
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -48,6 +49,7 @@ def _config() -> object:
         from bandit.core import config
 
         logging.getLogger("bandit").setLevel(logging.ERROR)
+        logging.getLogger("stevedore.extension").setLevel(logging.CRITICAL)  # optional formatters (sarif)
         _CONFIG = config.BanditConfig()
     return _CONFIG
 
@@ -71,7 +73,7 @@ def scan_python(code: str) -> list[Finding]:
             scanner.run_tests()
             issues = scanner.get_issue_list()
         finally:
-            os.unlink(path)
+            Path(path).unlink()
     return [
         Finding(
             test_id=issue.test_id,

@@ -29,7 +29,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from veriloop.config import JudgeSettings, Settings
 from veriloop.errors import NotFoundError
-from veriloop.records import Attempt, Completion, Message as ChatMessage, Node, Run, RunStatus, new_id
+from veriloop.records import Attempt, Completion, Node, Run, RunStatus, new_id
+from veriloop.records import Message as ChatMessage
 from veriloop.search.judge import Judge, JudgeCandidate, RewardOptions, Verdict
 from veriloop.service.deps import app_store, settings_of
 from veriloop.service.http_errors import APIError, error_response
@@ -235,8 +236,13 @@ def store_verdicts(settings: Settings, app: FastAPI, body: JudgeRequest, verdict
     """Record the batch as a finished run of agent `judge`: one node (and one attempt) per candidate."""
     store = app_store(app)
     run = store.create_run(
-        Run(agent="judge", suite=body.suite or "judge", model=body.model or "external", status=RunStatus.RUNNING,
-            settings={"source": "POST /api/judge", "reward": body.reward.model_dump()})  # fmt: skip
+        Run(
+            agent="judge",
+            suite=body.suite or "judge",
+            model=body.model or "external",
+            status=RunStatus.RUNNING,
+            settings={"source": "POST /api/judge", "reward": body.reward.model_dump()},
+        )
     )
     nodes = []
     for candidate, verdict in zip(body.candidates, verdicts, strict=True):
@@ -264,12 +270,13 @@ def store_verdicts(settings: Settings, app: FastAPI, body: JudgeRequest, verdict
 # --------------------------------------------------------------------------- routes
 
 
-async def _watch_disconnect(request: Request, work: asyncio.Task[Any]) -> None:
+async def _watch_disconnect(request: Request, work: asyncio.Future[Any]) -> None:
+    """Cancel `work` when the client goes away (the server's receive channel says `http.disconnect`)."""
     while not work.done():
-        if await request.is_disconnected():
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
             work.cancel()
             return
-        await asyncio.sleep(0.1)
 
 
 @router.post(
@@ -460,6 +467,7 @@ def install(app: FastAPI, settings: Settings) -> None:
     async def _overloaded(request: Request, exc: Overloaded) -> JSONResponse:
         return error_response(429, exc.message, exc.type, code=exc.code, headers={"Retry-After": str(exc.retry_after)})
 
+    app.state.judge = None
     app.include_router(router, prefix="/api")
     app.add_middleware(BodyLimit, limit=int(settings.judge.max_body_mb * (1 << 20)))
 
