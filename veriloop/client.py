@@ -104,11 +104,13 @@ class JudgeClient:
         mode: str = "auto",
         store: bool = False,
         model: str | None = None,
+        security: bool = True,
     ) -> list[dict[str, Any]]:
         """One verdict per candidate, in order (a job is followed until it ends)."""
         if not candidates:
             return []
-        body: dict[str, Any] = {"candidates": [_plain(c) for c in candidates], "mode": mode, "store": store}
+        body: dict[str, Any] = {"candidates": [_plain(c) for c in candidates], "mode": mode, "store": store,
+                                "security": security}  # fmt: skip
         if reward:
             body["reward"] = dict(reward)
         if model:

@@ -7,6 +7,7 @@ killing their parent); the forged-verdict attacks are issue 14's adversarial sui
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -180,11 +181,19 @@ def test_a_client_that_disconnects_cancels_its_remaining_work(tmp_path: Path) ->
         while not server.started:
             time.sleep(0.05)
         url = f"http://127.0.0.1:{port}"
-        slow = {"code": "import time\ntime.sleep(20)\n" + ADD, "tests": TESTS, "limits": {"wall_s": 20}}
-        with pytest.raises(httpx.ReadTimeout):
-            httpx.post(f"{url}/api/judge", json={"candidates": [slow] * 4}, timeout=1.5)
+        with JudgeClient(url) as judge:
+            assert judge.judge([GOOD])[0]["status"] == "passed"  # the service and its sandbox are up
         service = app.state.judge
-        deadline = time.monotonic() + 10
+        slow = {"code": "import time\ntime.sleep(20)\n" + ADD, "tests": TESTS, "limits": {"wall_s": 20}}
+        body = json.dumps({"candidates": [slow] * 4}).encode()
+        head = "POST /api/judge HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        with socket.create_connection(("127.0.0.1", port)) as raw:
+            raw.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            deadline = time.monotonic() + 30
+            while service.judge.in_flight == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert service.pending == 4 and service.judge.in_flight == 1  # one slot (concurrency 1) is busy
+        deadline = time.monotonic() + 10  # the client has gone: its four candidates go too
         while (service.pending or service.judge.in_flight) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert service.pending == 0 and service.judge.in_flight == 0 and not service.accounts

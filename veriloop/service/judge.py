@@ -54,6 +54,7 @@ class JudgeRequest(Strict):
         "auto", description="auto: answer here up to judge.sync_max candidates, else a job; sync or job: always."
     )
     store: bool = Field(False, description="Record the candidates as a run (agent `judge`) in the store.")
+    security: bool = Field(True, description="Report bandit's findings (Python); off where the server disables it.")
     model: str | None = Field(None, max_length=200, description="The model that wrote the candidates (store).")
     suite: str | None = Field(None, max_length=100, description="Suite name for the stored run (store).")
 
@@ -300,7 +301,9 @@ async def judge_route(body: JudgeRequest, request: Request, service: ServiceDep,
             remaining -= 1
             service.judged(account, verdict)
 
-        work = asyncio.ensure_future(service.judge.judge_many(body.candidates, body.reward, hook))
+        work = asyncio.ensure_future(
+            service.judge.judge_many(body.candidates, body.reward, hook, body.security and service.config.security)
+        )
         watcher = asyncio.ensure_future(_watch_disconnect(request, work))
         try:
             verdicts = await work
@@ -332,7 +335,9 @@ def start_job(
 
     async def run() -> None:
         try:
-            verdicts = await service.judge.judge_many(body.candidates, body.reward, hook)
+            verdicts = await service.judge.judge_many(
+                body.candidates, body.reward, hook, body.security and service.config.security
+            )
             if body.store:
                 job.run_id = await asyncio.to_thread(store_verdicts, settings, app, body, verdicts)
             job.status = "finished"
