@@ -130,6 +130,21 @@ class ServiceSettings(Section):
     poll_s: float = Field(1.0, gt=0, description="How often an idle worker looks for queued runs.")
 
 
+class JudgeSettings(Section):
+    """`POST /api/judge`: how much work one client and all clients may queue, and when a batch becomes a job."""
+
+    concurrency: int = Field(0, ge=0, le=1024, description="Candidates judged at once; 0 = sandbox.warm_workers.")
+    sync_max: int = Field(64, ge=1, description="Batches up to this size are answered in the response; larger: a job.")
+    max_candidates: int = Field(4096, ge=1, description="Candidates per request at most (413 above).")
+    max_body_mb: float = Field(32.0, gt=0, description="Request body size at most, in MiB (413 above).")
+    token_requests: int = Field(16, ge=1, description="Requests (and jobs) in progress per token at most (429).")
+    token_queue: int = Field(8192, ge=1, description="Candidates accepted but not yet judged per token (429).")
+    queue_max: int = Field(32768, ge=1, description="Candidates accepted but not yet judged in all (429).")
+    queue_timeout_s: float = Field(300.0, gt=0, description="A candidate waiting longer for a slot: infra_error.")
+    job_ttl_s: float = Field(3600.0, gt=0, description="Finished jobs (and their results) are kept this long.")
+    security: bool = Field(True, description="Report bandit's findings for Python candidates.")
+
+
 class VerifierSettings(Section):
     """Formal verifiers, the spec guard and the verification cache."""
 
@@ -163,6 +178,7 @@ class Settings(BaseSettings):
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     service: ServiceSettings = Field(default_factory=ServiceSettings)
     verifiers: VerifierSettings = Field(default_factory=VerifierSettings)
+    judge: JudgeSettings = Field(default_factory=JudgeSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -56,6 +56,10 @@ def export_cmd(
     goal_in_user: Annotated[
         bool, typer.Option("--goal-in-user", help="RA-DPO: put the goal in the user turn, not a system message.")
     ] = False,
+    security: Annotated[
+        str,
+        typer.Option("--security", help="Candidates with security findings (judge runs): keep, mark or drop."),
+    ] = "keep",
     as_json: JsonFlag = False,
 ) -> None:
     """Export SFT, preference, verifier (unpaired), PRM (stepwise) or whole-tree datasets from stored runs."""
@@ -72,7 +76,10 @@ def export_cmd(
     for name in pairing or ():
         if name not in ("siblings", "best_worst"):
             raise ConfigError(f"unknown pairing {name!r}; choose siblings or best_worst")
+    if security not in ("keep", "mark", "drop"):
+        raise ConfigError(f"unknown --security {security!r}; choose keep, mark or drop")
     filters = ExportFilter(
+        security=security,
         suites=tuple(suite or ()),
         agents=tuple(agent or ()),
         verify_status=tuple(verify_status or ()),

@@ -11,7 +11,7 @@ import typer
 from veriloop.cli.app import JsonFlag, app, emit, state
 from veriloop.errors import ConfigError
 
-METHOD_NAMES = ("sft", "dpo", "rm", "prm", "qrm", "reinforce")
+METHOD_NAMES = ("sft", "dpo", "rm", "prm", "qrm", "reinforce", "grpo")
 DPO_VARIANTS = {"ipo": "ipo", "epa": "epa", "nsdpo": "ns_dpo", "radpo": None}
 """Names for DPO with a given loss (`dpo --loss ...`); `radpo` is DPO on reward-augmented pairs."""
 
@@ -28,6 +28,20 @@ def _reward_augmented(data: Path, folder: Path) -> Path:
     if not rows or missing:
         raise ConfigError(f"radpo needs a preference export with chosen_score and rejected_score; {data} lacks them")
     return write_rows(reward_augment(rows), folder / "reward-augmented.jsonl", "jsonl")
+
+
+def _suite_rows(settings: Any, data: Path) -> Path:
+    """grpo: `--data SUITE` (a registered suite name) becomes the suite's tasks as rows under home."""
+    from veriloop.store.exports import write_rows
+    from veriloop.tasks import SUITES, load_suite
+    from veriloop.training.grpo import task_rows
+
+    if data.exists() or str(data) not in SUITES:
+        return data
+    rows = task_rows(load_suite(str(data), settings).tasks)
+    if not rows:
+        raise ConfigError(f"suite {data} has no tasks with tests to reward")
+    return write_rows(rows, settings.paths.home / "grpo-data" / f"{data}.jsonl", "jsonl")
 
 
 def _options(pairs: list[str]) -> dict[str, Any]:
@@ -47,7 +61,9 @@ def train_cmd(
         str,
         typer.Argument(help=f"Training method: {', '.join(METHOD_NAMES)}; DPO variants: {', '.join(DPO_VARIANTS)}."),
     ],
-    data: Annotated[Path, typer.Option("--data", help="An export: .jsonl, .parquet or a datasets folder.")],
+    data: Annotated[
+        Path, typer.Option("--data", help="An export: .jsonl, .parquet or a datasets folder (grpo: or a suite name).")
+    ],
     model: Annotated[
         str | None, typer.Option("--model", help="Base model: the embedded default, a folder or checkpoint:ID.")
     ] = None,
@@ -96,6 +112,8 @@ def train_cmd(
     if variant == "radpo":
         options["reward_augmented"] = True
     settings = state(ctx).settings()
+    if method == "grpo":
+        data = _suite_rows(settings, data)
     spec = TrainSpec(
         method=method,
         data=data,

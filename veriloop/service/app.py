@@ -22,7 +22,7 @@ from fastapi import FastAPI, Request
 import veriloop
 from veriloop.config import Settings
 from veriloop.llm.base import Backend, get_backend
-from veriloop.service import api, dashboard, openai_api
+from veriloop.service import api, dashboard, judge, openai_api
 from veriloop.service.auth import OPEN_PATHS, BearerTokenMiddleware
 from veriloop.service.http_errors import install_error_handlers
 
@@ -72,6 +72,7 @@ def create_app(settings: Settings, backend: Backend | None = None, *, workers: i
                 loops.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await loops
+            await judge.close(app)
             running: Backend = app.state.backend
             app.state.backend = None
             await running.aclose()
@@ -104,6 +105,7 @@ def create_app(settings: Settings, backend: Backend | None = None, *, workers: i
 
     app.include_router(openai_api.router, prefix="/v1")
     app.include_router(api.router, prefix="/api")
+    judge.install(app, settings)
     app.include_router(dashboard.router)
     token = api_token(settings)
     if token:

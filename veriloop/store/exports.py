@@ -41,6 +41,10 @@ EXPORT_FORMATS: tuple[str, ...] = ("jsonl", "parquet", "hf")
 Row = dict[str, Any]
 
 
+SEVERITY_RANK = {"low": 1, "medium": 2, "high": 3}
+SECURITY_MODES = ("keep", "mark", "drop")
+
+
 @dataclass
 class ExportFilter:
     """Which nodes an export reads; every field left empty lets all through."""
@@ -51,6 +55,16 @@ class ExportFilter:
     """Verifier statuses to keep (``verified``, ``failed``, ...); ``none`` keeps unverified nodes."""
     since: datetime | None = None
     until: datetime | None = None
+    security: str = "keep"
+    """Nodes with security findings (the judge's bandit report): ``keep``, ``mark`` (a ``security`` column) or
+    ``drop`` (findings at or above ``security_min_severity``)."""
+    security_min_severity: str = "medium"
+
+    def flagged(self, node: Node) -> bool:
+        """The node has a security finding at or above the minimum severity."""
+        floor = SEVERITY_RANK.get(self.security_min_severity, 2)
+        findings = node.metadata.get("security") or []
+        return any(SEVERITY_RANK.get(str(f.get("severity", "")), 0) >= floor for f in findings if isinstance(f, dict))
 
     def keeps_run(self, run: Run) -> bool:
         return (not self.suites or run.suite in self.suites) and (not self.agents or run.agent in self.agents)
@@ -59,6 +73,8 @@ class ExportFilter:
         if self.since is not None and node.created_at < self.since:
             return False
         if self.until is not None and node.created_at > self.until:
+            return False
+        if self.security == "drop" and self.flagged(node):
             return False
         if self.verify_status:
             status = node.verify_result.status.value if node.verify_result is not None else "none"
@@ -382,7 +398,20 @@ def build_rows(store: TrajectoryStore, kind: str, run_ids: Sequence[str], option
     else:
         rows = tree_rows(runs)
     rows = dedupe(rows, kind) if options.dedupe else rows
+    if options.filters.security == "mark":
+        rows = mark_security(rows, runs)
     return options.transform(rows) if options.transform is not None else rows
+
+
+def mark_security(rows: list[Row], runs: Sequence[RunNodes]) -> list[Row]:
+    """Add each row's nodes' security findings: `security` (sft, verifier, trees) or `chosen_`/`rejected_security`."""
+    findings = {node.id: list(node.metadata.get("security") or []) for item in runs for node in item.nodes}
+    for row in rows:
+        for column, target in (("node_id", "security"), ("chosen_node_id", "chosen_security"),
+                               ("rejected_node_id", "rejected_security"), ("id", "security")):  # fmt: skip
+            if column in row and target not in row:
+                row[target] = findings.get(str(row[column]), [])
+    return rows
 
 
 # --------------------------------------------------------------------------- writing

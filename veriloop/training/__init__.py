@@ -26,6 +26,7 @@ METHODS: dict[str, str] = {
     "prm": "process reward model on stepwise rows (prompt/completions/labels)",
     "qrm": "Q-RM token-level reward model from preference pairs",
     "reinforce": "REINFORCE with Q-RM token rewards (--option qrm=checkpoint:ID) on prompts of any export",
+    "grpo": "GRPO (TRL GRPOTrainer) rewarded by veriloop's judge, on task rows or a suite's tasks",
 }
 
 
@@ -52,6 +53,10 @@ def trainer_for(
         return loops.train_qrm
     if method == "reinforce":
         return loops.train_reinforce
+    if method == "grpo":
+        from veriloop.training.grpo import train_grpo
+
+        return train_grpo
     raise ConfigError(f"unknown training method {method!r}; choose one of: {', '.join(METHODS)}")
 
 
