@@ -112,9 +112,9 @@ def check_figures(check: Check, facts: Sequence[NodeFact], outcomes: dict[str, b
     figures.samples_per_task = max((n for n, _ in samples.values()), default=0)
     figures.pass_at_k = pass_at_k_table(samples)
     if figures.samples_per_task == 1:
-        figures.note = "one sample per task: pass@k for k > 1 needs a run that draws n > 1 samples per task"
+        figures.note = "One sample per task: pass@k for k > 1 needs a run that draws n > 1 samples per task"
     elif figures.samples_per_task == 0:
-        figures.note = f"no node was checked on the {CHECK_LABELS[check]} yet"
+        figures.note = f"No node was checked on the {CHECK_LABELS[check]} yet"
     return figures
 
 
