@@ -111,8 +111,8 @@ def test_a_queued_run_executes_and_everything_it_stored_is_served(client: TestCl
     assert [(p["k"], p["value"], p["tasks"]) for p in held["pass_at_k"]] == [(1, 0.5, 2)]
     assert held["per_turn"] == [{"turn": 0, "pass_rate": 0.5, "nodes": 2}]
     assert page["provenance"]["suite"]["name"] == "humaneval" and page["provenance"]["suite"]["tasks"] == 2
-    figures = shown["summary"]["figures"]
-    assert figures["held_out"]["pass_rate"] == 0.5 and shown["summary"]["provenance"]["model"] == summary["run"]["model"]
+    figures, provenance = shown["summary"]["figures"], shown["summary"]["provenance"]
+    assert figures["held_out"]["pass_rate"] == 0.5 and provenance["model"] == summary["run"]["model"]
     compared = client.get(f"/api/runs/{run_id}/compare/{run_id}").json()
     assert (compared["shared_tasks"], compared["wins"], compared["losses"], compared["mcnemar_p"]) == (2, 0, 0, 1.0)
     assert page["charts"]["error_classes"] == {"exec: failed": 1}

@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-from veriloop.records import Diagnostic, Node
-from veriloop.records import Attempt
+from veriloop.records import Attempt, Diagnostic, Node
 from veriloop.service.views import charts, diff_lines, layout_tree, pin_diagnostics, score_colour
 from veriloop.store.dashboard import NodeFact
 from veriloop.store.figures import run_figures

@@ -20,8 +20,9 @@ def candidate(run: Run, task: str, turn: int, passed: bool, parent: str | None =
 
 def final(run: Run, task: str, turn: int, passed: bool, parent: str) -> Node:
     return Node(
-        run_id=run.id, task_id=task, parent_id=parent, depth=turn, role="final", exec_result=PASSED if passed else FAILED,
-        score=float(passed), metadata={"turn": turn, "tests": "public+private"},
+        run_id=run.id, task_id=task, parent_id=parent, depth=turn, role="final",
+        exec_result=PASSED if passed else FAILED, score=float(passed),
+        metadata={"turn": turn, "tests": "public+private"},
     )  # fmt: skip
 
 
