@@ -116,3 +116,44 @@ def test_report_and_compare_errors_are_one_line(capsys: pytest.CaptureFixture[st
     assert code != 0 and "Traceback" not in err
     code, out, err = cli(capsys, settings, "runs", "rerun", "nope")
     assert code != 0 and err.startswith("error: ")
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_real_mucode_run_reports_pass_at_k_and_provenance(
+    capsys: pytest.CaptureFixture[str], model_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The embedded model, two samples a turn, one turn, two tasks; then the same run again with `runs rerun`."""
+    monkeypatch.setenv("VERILOOP_PATHS__HOME", str(model_settings.paths.home))
+    monkeypatch.setenv("VERILOOP_LLM__BACKEND", "embedded")
+    settings = model_settings.model_copy(
+        update={"store": model_settings.store.model_copy(update={"url": f"sqlite:///{tmp_path / 'real.db'}"})}
+    )
+    options = {"n": 2, "turns": 1, "temperature": 0.8, "max_tokens": 48, "history": "latest", "seed": 3}
+    with TrajectoryStore.from_settings(settings) as store:
+        run = create_run(store, settings, agent="mucode", suite="humaneval", options=options, task_ids=TASKS)
+        finished, attempts = asyncio.run(execute_run(settings, store, run.id))
+    assert finished.status.value == "finished" and len(attempts) == 2
+
+    code, out, _ = cli(capsys, settings, "runs", "show", run.id, "--json")
+    summary = json.loads(out)
+    held, public = summary["figures"]["held_out"], summary["figures"]["public"]
+    passed = sum(attempt.status == "passed" for attempt in attempts)
+    assert code == 0 and (held["tasks"], held["tasks_passed"]) == (2, passed)  # whatever the model got, honestly
+    assert public["samples_per_task"] == 2 and [row["k"] for row in public["pass_at_k"]] == [1, 2]
+    provenance = summary["provenance"]
+    assert provenance["model"] == "smollm2-135m-instruct" and provenance["backend"] == "embedded"
+    assert provenance["checkpoint_hash"].startswith("sha256:") and provenance["seeds"] == {"seed": 3}
+
+    code, out, _ = cli(capsys, settings, "runs", "report", run.id, "--format", "md")
+    assert code == 0 and "## pass@k · public tests" in out and "| pass@2 |" in out
+    assert provenance["checkpoint_hash"] in out
+
+    code, out, err = cli(capsys, settings, "runs", "rerun", run.id, "--json")
+    assert code == 0, err
+    again = json.loads(out)
+    with TrajectoryStore.from_settings(settings) as store:
+        new = store.get_run(again["run_id"])
+    assert again["status"] == "finished" and again["total"] == 2 and "differs" not in err
+    assert new.settings["options"] == run.settings["options"]
+    assert new.settings["provenance"]["checkpoint_hash"] == provenance["checkpoint_hash"]
