@@ -1,6 +1,6 @@
 """The estimators behind every reported figure: unbiased pass@k, bootstrap intervals, exact McNemar.
 
-Pure functions over plain numbers (no store, no numpy), so the CLI, the API, the dashboard and the
+Pure functions over plain numbers (no store), so the CLI, the API, the dashboard and the
 reports compute one figure one way. Bootstraps are seeded: the same data gives the same interval.
 
 * pass@k (Chen et al. 2021, "Evaluating Large Language Models Trained on Code"): with n samples of
@@ -13,9 +13,10 @@ reports compute one figure one way. Bootstraps are seeded: the same data gives t
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from math import comb
+
+import numpy as np
 
 BOOTSTRAP_SAMPLES = 2000
 """Resamples per interval: enough for a stable 95% percentile interval on a few hundred tasks."""
@@ -39,30 +40,25 @@ def mean(values: Sequence[float]) -> float:
     return sum(values) / len(values)
 
 
-def _percentile(ordered: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default), on sorted values."""
-    position = q * (len(ordered) - 1)
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
 def bootstrap_interval(
     values: Sequence[float],
-    statistic: Callable[[Sequence[float]], float] = mean,
     *,
     level: float = 0.95,
     samples: int = BOOTSTRAP_SAMPLES,
     seed: int = BOOTSTRAP_SEED,
 ) -> tuple[float, float]:
-    """Percentile bootstrap interval of `statistic` over `values` (one value per task)."""
+    """Percentile bootstrap interval of the mean of `values` (one value per task).
+
+    Vectorised: 2,000 resamples of 164 tasks take milliseconds, so a live run page can afford them.
+    """
     if not values:
         raise ValueError("a bootstrap interval needs at least one value")
-    rng = random.Random(seed)
-    size = len(values)
-    draws = sorted(statistic([values[rng.randrange(size)] for _ in range(size)]) for _ in range(samples))
-    tail = (1.0 - level) / 2
-    return _percentile(draws, tail), _percentile(draws, 1.0 - tail)
+    data = np.asarray(values, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    means = data[rng.integers(0, len(data), size=(samples, len(data)))].mean(axis=1)
+    tail = 100 * (1.0 - level) / 2
+    low, high = np.percentile(means, [tail, 100 - tail])  # linear interpolation between ranks
+    return float(low), float(high)
 
 
 def paired_bootstrap_interval(
@@ -77,7 +73,7 @@ def paired_bootstrap_interval(
     if len(left) != len(right):
         raise ValueError(f"paired samples need equal lengths, got {len(left)} and {len(right)}")
     differences = [a - b for a, b in zip(left, right, strict=True)]
-    return bootstrap_interval(differences, mean, level=level, samples=samples, seed=seed)
+    return bootstrap_interval(differences, level=level, samples=samples, seed=seed)
 
 
 def binomial_tail(successes: int, trials: int) -> float:
