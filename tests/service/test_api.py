@@ -105,8 +105,16 @@ def test_a_queued_run_executes_and_everything_it_stored_is_served(client: TestCl
     assert len(client.get(f"/api/runs/{run_id}/nodes").json()) == 2
 
     page = client.get(f"/api/runs/{run_id}/overview").json()
-    assert page["charts"]["pass_at_k"] == [{"k": 1, "value": 0.5, "tasks": 2}]
-    assert page["charts"]["per_turn"] == [{"turn": 0, "pass_rate": 0.5, "nodes": 2}]
+    held = page["figures"]["held_out"]
+    assert page["figures"]["headline"] == "held_out" and page["figures"]["public"] is None
+    assert (held["label"], held["tasks"], held["tasks_passed"], held["pass_rate"]) == ("held-out tests", 2, 1, 0.5)
+    assert [(p["k"], p["value"], p["tasks"]) for p in held["pass_at_k"]] == [(1, 0.5, 2)]
+    assert held["per_turn"] == [{"turn": 0, "pass_rate": 0.5, "nodes": 2}]
+    assert page["provenance"]["suite"]["name"] == "humaneval" and page["provenance"]["suite"]["tasks"] == 2
+    figures, provenance = shown["summary"]["figures"], shown["summary"]["provenance"]
+    assert figures["held_out"]["pass_rate"] == 0.5 and provenance["model"] == summary["run"]["model"]
+    compared = client.get(f"/api/runs/{run_id}/compare/{run_id}").json()
+    assert (compared["shared_tasks"], compared["wins"], compared["losses"], compared["mcnemar_p"]) == (2, 0, 0, 1.0)
     assert page["charts"]["error_classes"] == {"exec: failed": 1}
 
     with client.stream("GET", f"/api/runs/{run_id}/events") as stream:

@@ -7,9 +7,11 @@ from typing import Any
 
 import pytest
 
-from veriloop.records import Diagnostic, Node
-from veriloop.service.views import charts, diff_lines, layout_tree, pass_at_k, pin_diagnostics, score_colour
+from veriloop.records import Attempt, Diagnostic, Node
+from veriloop.service.views import charts, diff_lines, layout_tree, pin_diagnostics, score_colour
 from veriloop.store.dashboard import NodeFact
+from veriloop.store.figures import run_figures
+from veriloop.store.stats import pass_at_k
 
 
 def fact(task: str, depth: int, passed: bool, score: float | None = None, **extra: Any) -> NodeFact:
@@ -33,16 +35,19 @@ def test_charts_per_turn_pass_at_k_bins_and_error_classes() -> None:
         fact("b", 0, False, 0.3, verify_status="failed", diagnostic_classes=["invariant", "invariant"]),
         fact("b", 1, False, 0.45),
     ]  # fmt: skip
-    result = charts(facts, ["a", "b"])
-    assert [(t.turn, t.pass_rate, t.nodes) for t in result.per_turn] == [(0, 0.0, 2), (1, 0.5, 2)]
-    assert [(p.k, p.value, p.tasks) for p in result.pass_at_k] == [(1, 0.25, 2), (2, 0.5, 2)]
+    result = charts(facts)
+    attempts = [Attempt(run_id="r", task_id="a", status="passed"), Attempt(run_id="r", task_id="b", status="failed")]
+    held = run_figures(facts, attempts).held_out
+    assert [(t.turn, t.pass_rate, t.nodes) for t in held.per_turn] == [(0, 0.0, 2), (1, 0.5, 2)]
+    assert [(p.k, p.value, p.tasks) for p in held.pass_at_k] == [(1, 0.0, 2)]  # first-turn samples: one a task
     assert [b.count for b in result.scores] == [1, 0, 0, 1, 1, 0, 0, 0, 0, 1]
     assert result.error_classes == {"exec: failed": 3, "diagnostic: invariant": 2, "verify: failed": 1}
 
 
 def test_turn_comes_from_metadata_when_the_agent_records_it() -> None:
     late = fact("a", 0, True).model_copy(update={"metadata": {"iteration": 3}})
-    assert [t.turn for t in charts([fact("a", 0, False), late], ["a"]).per_turn] == [0, 3]
+    figures = run_figures([fact("a", 0, False), late], [])
+    assert [t.turn for t in figures.held_out.per_turn] == [0, 3]
 
 
 def test_layout_centres_parents_over_children() -> None:

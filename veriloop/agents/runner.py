@@ -1,7 +1,7 @@
 """Create and execute runs: the one code path shared by `veriloop run`, `veriloop demo` and the workers.
 
-A run is created first (status pending, with the agent's validated options, the suite slice and
-the model in `run.settings`), then executed. Execution is resumable: tasks that already have a
+A run is created first (status pending, with the agent's validated options, the suite slice, the
+model and its provenance in `run.settings`), then executed. Execution is resumable: tasks that already have a
 finished attempt in the run are skipped, so a run interrupted by a crash or a killed worker
 continues where it stopped.
 
@@ -17,6 +17,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+from veriloop.agents import provenance
 from veriloop.agents.base import OnAttempt, make_agent
 from veriloop.agents.context import AgentContext
 from veriloop.config import LLMSettings, Settings
@@ -25,6 +26,7 @@ from veriloop.records import Attempt, Run, RunStatus, Task
 from veriloop.sandbox import Sandbox
 from veriloop.store import TrajectoryStore
 from veriloop.tasks import Suite, load_suite
+from veriloop.tasks.files import suite_key
 
 FINISHED_ATTEMPTS = frozenset({"passed", "failed"})
 
@@ -85,9 +87,34 @@ def create_run(
         "sandbox": settings.sandbox.backend,
         **(extra or {}),
     }
-    from veriloop.tasks.files import suite_key  # a task file is stored by its absolute path, to resume from anywhere
-
+    run_settings["provenance"] = provenance.collect(
+        settings, agent_module=type(method).__module__, options=validated, suite=chosen
+    ).model_dump(mode="json")
     return store.create_run(Run(agent=agent, suite=suite_key(suite), model=settings.llm.model, settings=run_settings))
+
+
+RUN_KEYS = frozenset({"options", "limit", "task_ids", "suite_version", "llm", "sandbox", "provenance"})
+"""Keys `create_run` writes itself; any other key of `run.settings` came in as `extra` and is carried over."""
+
+
+def create_rerun(store: TrajectoryStore, settings: Settings, run_id: str) -> tuple[Run, Run]:
+    """A new pending run that repeats a stored one: same method and options, suite slice, model, LLM settings
+    and sandbox backend (this process keeps its own secrets and other settings); returns (old, new)."""
+    old = store.get_run(run_id)
+    stored = old.settings
+    llm = LLMSettings.model_validate(
+        {**settings.llm.model_dump(), **(stored.get("llm") or {}), "model": old.model, "api_key": settings.llm.api_key}
+    )
+    sandbox = settings.sandbox
+    if isinstance(stored.get("sandbox"), str):
+        sandbox = sandbox.model_copy(update={"backend": stored["sandbox"]})
+    settings = settings.model_copy(update={"llm": llm, "sandbox": sandbox})
+    extra = {key: value for key, value in stored.items() if key not in RUN_KEYS}
+    new = create_run(
+        store, settings, agent=old.agent, suite=old.suite, options=stored.get("options"), limit=stored.get("limit"),
+        task_ids=stored.get("task_ids") or (), extra={**extra, "rerun_of": old.id},
+    )  # fmt: skip
+    return old, new
 
 
 async def execute_run(

@@ -131,7 +131,8 @@ def demo(
         out = Console(file=sys.stdout, soft_wrap=True)
         out.print(table)
         out.print(
-            f"passed {passed}/{len(attempts)} in {seconds:.1f} s (up to {DEMO_OPTIONS['turns']} turns, "
+            f"passed {passed}/{len(attempts)} tasks (held-out tests) in {seconds:.1f} s "
+            f"(up to {DEMO_OPTIONS['turns']} turns, "
             f"best of {DEMO_OPTIONS['n']} per turn); tests ran in the {report['sandbox']} sandbox"
         )
         out.print(f"run id: {run.id}  (details: veriloop runs show {run.id})")

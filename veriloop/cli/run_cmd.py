@@ -122,7 +122,7 @@ def report_run(run: Run, attempts: Sequence[Attempt], seconds: float, as_json: b
             table.add_row(attempt.task_id, mark, score, str(attempt.tokens), f"{attempt.seconds:.1f}")
         out = Console(file=sys.stdout, soft_wrap=True)
         out.print(table)
-        out.print(f"passed {passed}/{len(attempts)} in {seconds:.1f} s")
+        out.print(f"passed {passed}/{len(attempts)} tasks (held-out tests) in {seconds:.1f} s")
         out.print(f"run id: {run.id}  (details: veriloop runs show {run.id})")
 
     emit(report, as_json, render)

@@ -1,17 +1,30 @@
-"""`veriloop runs list | show RUN_ID`: what the trajectory store holds, as tables or JSON."""
+"""`veriloop runs list | show | compare | report | rerun`: what the trajectory store holds, as tables or JSON.
+
+Every pass rate is labelled with the check it counts: held-out tests (the task's verdict, the
+headline) or public tests (the ones shown to the model). Intervals are 95% bootstrap intervals
+over tasks; the statistics themselves are in `veriloop.store.stats`.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from veriloop.cli.app import JsonFlag, app, emit, state
+from veriloop.cli.run_cmd import ExecutorOption, _execute, executor_name, report_run
+from veriloop.errors import ConfigError
 from veriloop.records import Run, RunStatus
 
 if TYPE_CHECKING:
     from veriloop.store import RunSummary
+    from veriloop.store.figures import RunComparison
+    from veriloop.store.summary import CheckFigures, Provenance
 
 runs_app = typer.Typer(help="Inspect stored runs.")
 SHORT_ID = 12
@@ -34,6 +47,53 @@ def _seconds(value: float | None) -> str:
 
 def _score(value: float | None) -> str:
     return "-" if value is None else f"{value:.3g}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def _interval(low: float | None, high: float | None) -> str:
+    return "" if low is None or high is None else f" [95% CI {low:.1%}, {high:.1%}]"
+
+
+def _figure_rows(figures: CheckFigures) -> list[tuple[str, str]]:
+    """Rows for one check: its pass rate with interval, then pass@k (when any sample was drawn)."""
+    rows = [
+        (
+            f"pass rate, {figures.label}",
+            f"{_pct(figures.pass_rate)}{_interval(figures.low, figures.high)}, "
+            f"{figures.tasks_passed}/{figures.tasks} tasks",
+        )
+    ]
+    if figures.pass_at_k:
+        shown = ", ".join(f"pass@{r.k} {_pct(r.value)}{_interval(r.low, r.high)}" for r in figures.pass_at_k)
+        rows.append((f"pass@k, {figures.label}", f"{shown} (n <= {figures.samples_per_task} per task)"))
+    if figures.per_turn:
+        turns = ", ".join(f"turn {r.turn} {_pct(r.pass_rate)}" for r in figures.per_turn)
+        rows.append((f"per turn, {figures.label}", turns + " (cumulative)"))
+    if figures.note:
+        rows.append(("", figures.note))
+    return rows
+
+
+def _provenance_rows(found: Provenance | None) -> list[tuple[str, str]]:
+    if found is None:
+        return [("provenance", "not recorded (run stored before provenance was kept)")]
+    commit = f", commit {found.git_commit[:12]}" + (" (dirty)" if found.git_dirty else "") if found.git_commit else ""
+    suite = found.suite
+    return [
+        ("veriloop", f"{found.veriloop_version}{commit}, Python {found.python}"),
+        ("model", f"{found.model} ({found.backend})" + (f", {found.checkpoint_hash}" if found.checkpoint_hash else "")),
+        ("suite", f"{suite.name} {suite.version}, {suite.tasks} tasks, {suite.content_hash}"),
+        ("seeds", ", ".join(f"{key}={value}" for key, value in found.seeds.items()) or "none"),
+        ("prompts", ", ".join(f"{key} {value[:12]}" for key, value in found.prompt_hashes.items()) or "-"),
+        ("sandbox", f"{found.sandbox.get('backend', '')} {found.sandbox.get('version', '')}".strip()),
+        (
+            "verifiers",
+            ", ".join(f"{key} {value or 'not installed'}" for key, value in found.verifiers.items()) or "none needed",
+        ),
+    ]
 
 
 def _render_runs(runs: list[Run]) -> None:
@@ -71,12 +131,15 @@ def _render_summary(summary: RunSummary) -> None:
     )
     if run.error:
         console.print(f"[red]error:[/red] {run.error}")
-    rate = "-" if summary.pass_rate is None else f"{summary.pass_rate:.1%}"
     statuses = ", ".join(f"{name} {count}" for name, count in sorted(summary.attempts_by_status.items()))
     counts = Table(box=None, show_header=False)
     counts.add_column(style="bold")
     counts.add_column()
-    counts.add_row("tasks", f"{summary.tasks} ({summary.tasks_passed} passed, {rate})")
+    counts.add_row("tasks", f"{summary.tasks} ({summary.tasks_passed} passed the held-out tests)")
+    if summary.figures is not None:
+        for figures in (summary.figures.held_out, summary.figures.public):
+            for name, value in _figure_rows(figures) if figures is not None else []:
+                counts.add_row(name, value)
     counts.add_row("attempts", f"{summary.attempts}" + (f" ({statuses})" if statuses else ""))
     counts.add_row("nodes", str(summary.nodes))
     counts.add_row("llm calls", str(summary.llm_calls))
@@ -89,10 +152,12 @@ def _render_summary(summary: RunSummary) -> None:
         "time in calls",
         f"llm {_seconds(timings.llm_s)}, exec {_seconds(timings.exec_s)}, verify {_seconds(timings.verify_s)}",
     )
+    for name, value in _provenance_rows(summary.provenance):
+        counts.add_row(name, value)
     console.print(counts)
     if summary.per_task:
         table = Table(box=None, header_style="bold")
-        for column in ("task", "nodes", "depth", "best score", "attempts", "status"):
+        for column in ("task", "nodes", "depth", "best score", "attempts", "status (held-out)"):
             table.add_column(column, justify="left" if column in ("task", "status") else "right")
         for task in summary.per_task:
             table.add_row(
@@ -135,9 +200,126 @@ def show(
     run_id: Annotated[str, typer.Argument(help="Run id, or a unique prefix of at least 4 characters.")],
     as_json: JsonFlag = False,
 ) -> None:
-    """Show a run: counts, tokens, timings and each task's search tree in brief."""
+    """Show a run: held-out and public pass rates with intervals, pass@k, provenance, counts, tokens, timings and
+    each task's search tree in brief."""
     from veriloop.store import TrajectoryStore
+    from veriloop.store.figures import full_summary
 
     with TrajectoryStore.from_settings(state(ctx).settings()) as store:
-        summary = store.run_summary(run_id)
+        summary = full_summary(store, run_id)
     emit(summary, as_json, _render_summary)
+
+
+def _render_comparison(result: RunComparison) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    a, b = result.a, result.b
+    console.print(f"[bold]A[/bold] {a.id}  {a.agent} on {a.suite} with {a.model}")
+    console.print(f"[bold]B[/bold] {b.id}  {b.agent} on {b.suite} with {b.model}")
+    if not result.same_suite:
+        console.print("[yellow]note:[/yellow] the runs are on different suites; only tasks both finished count")
+    lines = Table(box=None, show_header=False)
+    lines.add_column(style="bold")
+    lines.add_column()
+    lines.add_row("tasks both finished", str(result.shared_tasks))
+    if result.only_a or result.only_b:
+        lines.add_row("left out", f"{len(result.only_a)} only in A, {len(result.only_b)} only in B")
+    lines.add_row(f"pass rate A, {result.label}", f"{_pct(result.a_rate)} ({result.a_passed}/{result.shared_tasks})")
+    lines.add_row(f"pass rate B, {result.label}", f"{_pct(result.b_rate)} ({result.b_passed}/{result.shared_tasks})")
+    lines.add_row("A wins / B wins", f"{result.wins} / {result.losses} ({result.both} both, {result.neither} neither)")
+    difference = "-" if result.difference is None else f"{100 * result.difference:+.1f} points"
+    if result.low is not None and result.high is not None:
+        difference += f" [95% paired bootstrap CI {100 * result.low:+.1f}, {100 * result.high:+.1f}]"
+    lines.add_row("difference A - B", difference)
+    lines.add_row("McNemar exact p", "-" if result.mcnemar_p is None else f"{result.mcnemar_p:.4g} (two-sided)")
+    console.print(lines)
+    if result.tasks:
+        table = Table(box=None, header_style="bold")
+        for column in ("task", "A", "B", "outcome"):
+            table.add_column(column)
+        names = {"win": "A wins", "loss": "B wins", "both": "both", "neither": "neither"}
+        for pair in result.tasks:
+            mark = {True: "passed", False: "failed"}
+            table.add_row(pair.task_id, mark[pair.a_passed], mark[pair.b_passed], names[pair.outcome])
+        console.print(table)
+
+
+@runs_app.command("compare")
+def compare(
+    ctx: typer.Context,
+    run_a: Annotated[str, typer.Argument(help="Run A (id or unique prefix).")],
+    run_b: Annotated[str, typer.Argument(help="Run B (id or unique prefix).")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Compare two runs on the tasks both finished (held-out tests): wins and losses, the difference with a
+    paired bootstrap interval, and an exact McNemar p-value."""
+    from veriloop.store import TrajectoryStore
+    from veriloop.store.figures import compare_runs
+
+    with TrajectoryStore.from_settings(state(ctx).settings()) as store:
+        result = compare_runs(store, run_a, run_b)
+    emit(result, as_json, _render_comparison)
+
+
+class ReportFormat(StrEnum):
+    md = "md"
+    html = "html"
+
+
+@runs_app.command("report")
+def report(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(help="Run id, or a unique prefix of at least 4 characters.")],
+    fmt: Annotated[ReportFormat, typer.Option("--format", help="md (Markdown) or html (a standalone page).")] = (
+        ReportFormat.md
+    ),
+    out: Annotated[Path | None, typer.Option("--out", help="Write the report here instead of stdout.")] = None,
+) -> None:
+    """The run page's figures and tables as one file, plots as inline SVG."""
+    from veriloop.service.report import render_report
+    from veriloop.store import TrajectoryStore
+
+    settings = state(ctx).settings()
+    with TrajectoryStore.from_settings(settings) as store:
+        text = render_report(store, run_id, settings, fmt.value)
+    if out is None:
+        sys.stdout.write(text)
+        return
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot write the report to {out}: {exc.strerror or exc}") from None
+    typer.echo(f"wrote {out}", err=True)
+
+
+@runs_app.command("rerun")
+def rerun(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(help="Run to start again (id or unique prefix).")],
+    executor: ExecutorOption = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Start a stored run again as a new run: same method, options, suite slice, model and LLM settings."""
+    from veriloop.agents.runner import create_rerun, suite_of
+    from veriloop.store import TrajectoryStore
+    from veriloop.store.summary import provenance_of
+
+    settings = state(ctx).settings()
+    executor = executor_name(settings, executor)
+    with TrajectoryStore.from_settings(settings) as store:
+        old, new = create_rerun(store, settings, run_id)
+    before, after = provenance_of(old), provenance_of(new)
+    if before is not None and after is not None:
+        for what, was, now in (
+            ("suite content", before.suite.content_hash, after.suite.content_hash),
+            ("model weights", before.checkpoint_hash, after.checkpoint_hash),
+            ("veriloop commit", before.git_commit, after.git_commit),
+        ):
+            if was != now:
+                typer.echo(f"note: {what} differs from run {old.id[:SHORT_ID]}: {was} -> {now}", err=True)
+    typer.echo(f"rerun of {old.id} as {new.id}", err=True)
+    total = len(suite_of(new, settings).tasks)
+    finished, attempts, seconds = asyncio.run(_execute(settings, new, total, executor))
+    report_run(finished, attempts, seconds, as_json)

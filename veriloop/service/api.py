@@ -30,6 +30,7 @@ from veriloop.service.http_errors import APIError, error_responses, sse_event_sc
 from veriloop.service.views import RunOverview, RunPage, TaskRow, overview, progress_total, run_row, task_rows
 from veriloop.store import RunSummary, TrajectoryStore
 from veriloop.store.exports import EXPORT_FORMATS, EXPORT_KINDS, ExportFilter, ExportOptions, export
+from veriloop.store.figures import RunComparison, compare_runs, full_summary
 from veriloop.store.jobs import Job, JobQueue, JobStatus
 from veriloop.tasks import SUITES
 
@@ -169,7 +170,8 @@ def create_run_route(body: RunCreate, store: StoreDep, settings: SettingsDep) ->
 
 @router.get("/runs/{run_id}")
 def show_run(run_id: str, store: StoreDep, settings: SettingsDep) -> RunDetail:
-    summary = store.run_summary(run_id)
+    """Counts, held-out and public figures (pass@k with intervals), provenance, and the run's job."""
+    summary = full_summary(store, run_id)
     job = JobQueue(store).get(summary.run.id)
     return RunDetail(summary=summary, job=job, total_tasks=progress_total(summary.run, settings))
 
@@ -178,6 +180,12 @@ def show_run(run_id: str, store: StoreDep, settings: SettingsDep) -> RunDetail:
 def run_overview(run_id: str, store: StoreDep, settings: SettingsDep) -> RunPage:
     """What the run page charts: pass rate per turn, pass@k, score histogram, error classes, slow/costly tasks."""
     return overview(store, store.get_run(run_id), settings)
+
+
+@router.get("/runs/{run_id}/compare/{other_id}")
+def compare_run(run_id: str, other_id: str, store: StoreDep) -> RunComparison:
+    """This run (A) against another (B) on the tasks both finished: wins, losses, paired interval, McNemar p."""
+    return compare_runs(store, run_id, other_id)
 
 
 @router.post("/runs/{run_id}/cancel", status_code=202, responses=error_responses(409))

@@ -8,18 +8,17 @@ up here; the run page follows a live run through `/api/runs/{id}/events` (server
     /runs/{id}/tree/{task}    one task's search tree, nodes coloured by score
     /nodes/{id}               prompt, completion, code (diff against the parent, diagnostics on their lines),
                               execution output, verifier verdict and the spec guard's
-    /compare?a=ID&b=ID        two runs side by side on the same suite
+    /runs/{id}/report         the run page as one file (HTML, or Markdown with ?format=md), plots inline
+    /compare?a=ID&b=ID        two runs side by side: wins, losses, paired interval, McNemar p
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from veriloop.agents.base import AGENTS
 from veriloop.config import Settings
@@ -27,6 +26,7 @@ from veriloop.errors import NotFoundError
 from veriloop.records import RunStatus
 from veriloop.service.auth import COOKIE
 from veriloop.service.deps import settings_of, store_of
+from veriloop.service.templating import ENV
 from veriloop.service.views import (
     diff_lines,
     guard_verdict,
@@ -35,25 +35,16 @@ from veriloop.service.views import (
     pin_diagnostics,
     run_ended,
     run_row,
-    score_colour,
     task_rows,
 )
 from veriloop.store import TrajectoryStore
+from veriloop.store.figures import compare_runs
 from veriloop.store.jobs import JobQueue
 from veriloop.tasks import SUITES
 
 router = APIRouter(include_in_schema=False)
 
-TEMPLATES = Path(__file__).resolve().parent / "templates"
-_env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html"]), trim_blocks=True)
-_env.filters["pct"] = lambda value: "-" if value is None else f"{100 * value:.0f}%"
-_env.filters["secs"] = lambda value: "-" if value is None else f"{value:.1f} s"
-_env.filters["short"] = lambda value: (value or "")[:8]
-_env.filters["score"] = lambda value: "-" if value is None else f"{value:.2f}"
-_env.globals["colour"] = score_colour
-_env.filters["turn_items"] = lambda rows: [(f"turn {r.turn}", r.pass_rate, f"{100 * r.pass_rate:.0f}%") for r in rows]
-_env.filters["passk_items"] = lambda rows: [(f"pass@{r.k}", r.value, f"{100 * r.value:.0f}% ({r.tasks})") for r in rows]
-_env.filters["error_items"] = lambda counts: [(name, count, str(count)) for name, count in counts.items()]
+_env = ENV
 
 StoreDep = Annotated[TrajectoryStore, Depends(store_of)]
 SettingsDep = Annotated[Settings, Depends(settings_of)]
@@ -96,6 +87,24 @@ def run_page(run_id: str, store: StoreDep, settings: SettingsDep) -> HTMLRespons
     done = sum(1 for task in view.tasks if task.status in ("passed", "failed"))
     return page("run.html", title=f"Run {run.id[:8]}", view=view, run=view.row.run, job=job, done=done,
                 ended=run_ended(view.row.run))  # fmt: skip
+
+
+@router.get("/runs/{run_id}/report")
+def report_page(
+    run_id: str, store: StoreDep, settings: SettingsDep, format: Annotated[str, Query()] = "html"
+) -> Response:
+    """The run's report as one file: standalone HTML (default) or Markdown (`?format=md`), plots inline."""
+    from veriloop.service.report import render_report
+
+    if format not in ("html", "md"):
+        return page("error.html", 400, title="Bad request", message=f"format must be html or md, not {format!r}")
+    try:
+        text = render_report(store, run_id, settings, "md" if format == "md" else "html")
+    except NotFoundError as exc:
+        return not_found(str(exc))
+    if format == "md":
+        return Response(text, media_type="text/markdown; charset=utf-8")
+    return HTMLResponse(text)
 
 
 @router.get("/runs/{run_id}/tree/{task_id:path}", response_class=HTMLResponse)
@@ -146,23 +155,21 @@ def compare_page(
             return page("compare.html", 404, error=str(exc), **context)
         if left.suite != right.suite:
             context["error"] = (
-                f"the runs are on different suites ({left.suite} and {right.suite}); pick two runs of one"
+                f"the runs are on different suites ({left.suite} and {right.suite}); only tasks both ran are compared"
             )
         left_tasks = {row.task_id: row for row in task_rows(store, left)}
         right_tasks = {row.task_id: row for row in task_rows(store, right)}
         ids = sorted(set(left_tasks) | set(right_tasks))
+        comparison = compare_runs(store, left.id, right.id)
+        outcomes = {pair.task_id: pair.outcome for pair in comparison.tasks}
         context["pair"] = {
             "left": run_row(store, left),
             "right": run_row(store, right),
-            "rows": [(task_id, left_tasks.get(task_id), right_tasks.get(task_id)) for task_id in ids],
-            "only_left": sum(1 for t in ids if _passed(left_tasks.get(t)) and not _passed(right_tasks.get(t))),
-            "only_right": sum(1 for t in ids if _passed(right_tasks.get(t)) and not _passed(left_tasks.get(t))),
-        }
+            "stats": comparison,
+            "rows": [(task_id, left_tasks.get(task_id), right_tasks.get(task_id), outcomes.get(task_id))
+                     for task_id in ids],
+        }  # fmt: skip
     return page("compare.html", **context)
-
-
-def _passed(row: Any) -> bool:
-    return row is not None and row.status == "passed"
 
 
 @router.get("/login", response_class=HTMLResponse)

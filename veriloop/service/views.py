@@ -1,9 +1,8 @@
 """What the dashboard and the API show about runs, computed from stored facts (no agent-specific knowledge).
 
-A node's "turn" is its metadata's `turn`, `iteration` or `round` when the agent recorded one, else
-its depth in the tree, so pass rate per turn means the same for multi-turn best-of-N, refinement
-trees and self-improvement rounds. pass@k is the unbiased estimator over each task's scored
-nodes (n samples, c passed): 1 - C(n-c, k) / C(n, k), averaged over tasks with at least k samples.
+Figures (held-out headline, public figure, pass@k with intervals, pass rate per turn) come from
+`store.figures`, the same code `veriloop runs show` and `runs report` use; see there for what each
+counts. This module adds the page-level pieces: score bins, error classes, tree layout, diffs.
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from __future__ import annotations
 import difflib
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from math import comb
 from typing import Any
 
 from pydantic import Field
@@ -22,17 +20,17 @@ from veriloop.errors import VeriloopError
 from veriloop.records import Attempt, Diagnostic, Node, Record, Run, RunStatus
 from veriloop.store import TrajectoryStore
 from veriloop.store.dashboard import NodeFact, node_facts
-
-TURN_KEYS = ("turn", "iteration", "round")
+from veriloop.store.figures import figures_for
+from veriloop.store.summary import Provenance, RunFigures, provenance_of
 
 
 class RunOverview(Record):
-    """One line of the runs table."""
+    """One line of the runs table; `passed` and `pass_rate` count held-out tests (the tasks' verdicts)."""
 
     run: Run
     tasks: int = 0
-    passed: int = 0
-    pass_rate: float | None = None
+    passed: int = Field(0, description="Tasks passed on the held-out tests.")
+    pass_rate: float | None = Field(None, description="Held-out pass rate.")
     nodes: int = 0
     tokens: int = 0
     wall_s: float | None = None
@@ -49,18 +47,6 @@ class TaskRow(Record):
     best_node_id: str | None = None
 
 
-class TurnRate(Record):
-    turn: int
-    pass_rate: float = Field(description="Share of the run's tasks solved by this turn (cumulative).")
-    nodes: int = 0
-
-
-class PassAtK(Record):
-    k: int
-    value: float
-    tasks: int = Field(description="Tasks with at least k scored nodes.")
-
-
 class Bin(Record):
     low: float
     high: float
@@ -68,8 +54,8 @@ class Bin(Record):
 
 
 class RunCharts(Record):
-    per_turn: list[TurnRate] = Field(default_factory=list)
-    pass_at_k: list[PassAtK] = Field(default_factory=list)
+    """Node-level charts; pass rates (per turn, pass@k) are in `RunPage.figures`, labelled by check."""
+
     scores: list[Bin] = Field(default_factory=list)
     unscored: int = 0
     error_classes: dict[str, int] = Field(default_factory=dict)
@@ -80,6 +66,8 @@ class RunPage(Record):
 
     row: RunOverview
     total_tasks: int | None = None
+    figures: RunFigures
+    provenance: Provenance | None = None
     charts: RunCharts = Field(default_factory=RunCharts)
     tasks: list[TaskRow] = Field(default_factory=list)
     slowest: list[TaskRow] = Field(default_factory=list)
@@ -139,46 +127,8 @@ def task_rows(store: TrajectoryStore, run: Run, facts: list[NodeFact] | None = N
     return [rows[key] for key in sorted(rows)]
 
 
-def turn_of(fact: NodeFact) -> int:
-    for key in TURN_KEYS:
-        value = fact.metadata.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return fact.depth
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from n samples of which c passed."""
-    if n - c < k:
-        return 1.0
-    return 1.0 - comb(n - c, k) / comb(n, k)
-
-
-def charts(facts: list[NodeFact], task_ids: list[str]) -> RunCharts:
+def charts(facts: list[NodeFact]) -> RunCharts:
     result = RunCharts()
-    by_turn: dict[int, list[NodeFact]] = defaultdict(list)
-    for fact in facts:
-        by_turn[turn_of(fact)].append(fact)
-    solved: set[str] = set()
-    for turn in sorted(by_turn):
-        solved |= {fact.task_id for fact in by_turn[turn] if fact.passed}
-        rate = len(solved) / len(task_ids) if task_ids else 0.0
-        result.per_turn.append(TurnRate(turn=turn, pass_rate=rate, nodes=len(by_turn[turn])))
-
-    samples: dict[str, tuple[int, int]] = {}
-    for fact in facts:
-        if fact.passed is None:
-            continue
-        n, c = samples.get(fact.task_id, (0, 0))
-        samples[fact.task_id] = (n + 1, c + int(bool(fact.passed)))
-    most = max((n for n, _ in samples.values()), default=0)
-    k = 1
-    while k <= most:
-        eligible = [(n, c) for n, c in samples.values() if n >= k]
-        value = sum(pass_at_k(n, c, k) for n, c in eligible) / len(eligible)
-        result.pass_at_k.append(PassAtK(k=k, value=value, tasks=len(eligible)))
-        k *= 2
-
     bins = [0] * 10
     for fact in facts:
         if fact.score is None:
@@ -206,7 +156,9 @@ def overview(store: TrajectoryStore, run: Run, settings: Settings) -> RunPage:
     return RunPage(
         row=run_row(store, run),
         total_tasks=total,
-        charts=charts(facts, [task.task_id for task in tasks]),
+        figures=figures_for(store, run.id, facts),
+        provenance=provenance_of(run),
+        charts=charts(facts),
         tasks=tasks,
         slowest=sorted((t for t in tasks if t.seconds), key=lambda t: -t.seconds)[:5],
         costliest=sorted((t for t in tasks if t.tokens), key=lambda t: -t.tokens)[:5],
