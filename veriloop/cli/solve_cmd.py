@@ -279,9 +279,9 @@ def solve(
     )  # fmt: skip
     before = asyncio.run(precheck(settings, plan, code))
     if before is VerifyStatus.VERIFIED:
-        report = {"verdict": "verified", "method": plan.method, "run_id": None, "program": code, "diff": "",
+        done = {"verdict": "verified", "method": plan.method, "run_id": None, "program": code, "diff": "",
                   "note": "the program already verifies; nothing to do"}  # fmt: skip
-        emit(report, as_json, lambda _: print(f"verified: {file} already verifies with {plan.target}; nothing to do"))
+        emit(done, as_json, lambda _: print(f"verified: {file} already verifies with {plan.target}; nothing to do"))
         return
     if not as_json:
         print(f"{plan.method} on {file} ({plan.target}); progress below", file=sys.stderr, flush=True)
@@ -299,7 +299,7 @@ def solve(
     diff = unified(code, program, file.name) if program is not None else ""
     if out is not None and program is not None:
         out.write_text(program, encoding="utf-8")
-    report = {
+    report: dict[str, Any] = {
         "verdict": verdict,
         "method": plan.method,
         "run_id": finished.id,

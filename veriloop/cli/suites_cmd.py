@@ -129,7 +129,12 @@ def suites_validate(
             raise typer.Exit(exc.exit_code) from None
         raise
     report = {"valid": True, "format": suite.version.split(";", 1)[0], **_summary(suite)}
-    emit(report, as_json, lambda _: _render_summary(report) or _print(f"valid: {report['tasks']} task(s)"))
+
+    def render(_: object) -> None:
+        _render_summary(report)
+        _print(f"valid: {report['tasks']} task(s)")
+
+    emit(report, as_json, render)
 
 
 @suites_app.command("schema")

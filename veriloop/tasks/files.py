@@ -111,7 +111,7 @@ def _jsonl(raw: bytes, where: str) -> list[tuple[int, Any]]:
             continue
         try:
             rows.append((number, json.loads(line)))
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             raise TaskFileError(where, [f"row {number}: not valid JSON ({exc.msg})"], number) from None
     return rows
 
@@ -134,7 +134,7 @@ def _json(raw: bytes, where: str) -> list[tuple[int, Any]]:
 
 
 def _parquet(path: Path) -> list[tuple[int, Any]]:
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
     try:
         table = pq.read_table(path)
@@ -158,7 +158,7 @@ def read_file(path: Path) -> tuple[list[tuple[int, Any]], str]:
 def read_dataset(source: Source) -> tuple[list[tuple[int, Any]], str, str | None]:
     """(numbered rows, fingerprint, split) of a `datasets` folder (save_to_disk) or hub dataset."""
     try:
-        import datasets
+        import datasets  # type: ignore[import-untyped]
     except ImportError:
         raise ConfigError("hf: suites need the `datasets` package (pip install datasets)") from None
     folder = Path(source.location)
