@@ -52,7 +52,7 @@ HACKS: dict[str, tuple[str, str, str]] = {
             "\n\n@ContractOnly\ndef oracle(x: int) -> int:\n    Ensures(Result() == 2 * x)\n    return 0\n",
         ),
         "ContractOnly",
-    ),  # fmt: skip
+    ),
     "contract_only_task": (
         DOUBLE,
         DOUBLE.replace("def double", "@ContractOnly\ndef double") + "    return 0\n",
@@ -78,7 +78,7 @@ HACKS: dict[str, tuple[str, str, str]] = {
             "\n\ndef helper(y: int) -> int:\n    Ensures(Result() == 2 * y)\n    return double(y)\n",
         ),
         "recursive",
-    ),  # fmt: skip
+    ),
     "endless_loop": (
         DOUBLE,
         _body(DOUBLE, "    r = 0\n    while r >= 0:\n        Invariant(r >= 0)\n        r = r + 1\n    return r\n"),
