@@ -38,12 +38,6 @@ def _body(spec: str, body: str, extra: str = "") -> str:
 
 HACKS: dict[str, tuple[str, str, str]] = {
     "assume": (DOUBLE, _body(DOUBLE, "    r = 0\n    Assume(r == 2 * x)\n    return r\n"), "Assume"),
-    "assume_aliased": (
-        DOUBLE,
-        "from nagini_contracts.contracts import *\nfrom nagini_contracts.contracts import Assume as Trust\n\n\n"
-        "def double(x: int) -> int:\n    Ensures(Result() == 2 * x)\n    Trust(False)\n    return 0\n",
-        "Assume",
-    ),
     "contract_only_helper": (
         DOUBLE,
         _body(
@@ -52,7 +46,7 @@ HACKS: dict[str, tuple[str, str, str]] = {
             "\n\n@ContractOnly\ndef oracle(x: int) -> int:\n    Ensures(Result() == 2 * x)\n    return 0\n",
         ),
         "ContractOnly",
-    ),  # fmt: skip
+    ),
     "contract_only_task": (
         DOUBLE,
         DOUBLE.replace("def double", "@ContractOnly\ndef double") + "    return 0\n",
@@ -78,7 +72,7 @@ HACKS: dict[str, tuple[str, str, str]] = {
             "\n\ndef helper(y: int) -> int:\n    Ensures(Result() == 2 * y)\n    return double(y)\n",
         ),
         "recursive",
-    ),  # fmt: skip
+    ),
     "endless_loop": (
         DOUBLE,
         _body(DOUBLE, "    r = 0\n    while r >= 0:\n        Invariant(r >= 0)\n        r = r + 1\n    return r\n"),
@@ -136,6 +130,16 @@ HONEST: dict[str, tuple[str, str]] = {
 }
 """name -> (task spec, honest candidate): each must come back verified through the guard."""
 
+STATIC_ONLY: dict[str, tuple[str, str, str]] = {
+    "assume_aliased": (
+        DOUBLE,
+        "from nagini_contracts.contracts import *\nfrom nagini_contracts.contracts import Assume as Trust\n\n\n"
+        "def double(x: int) -> int:\n    Ensures(Result() == 2 * x)\n    Trust(False)\n    return 0\n",
+        "Assume",
+    ),
+}
+"""Attempts the guard refuses on sight whether or not this Nagini version honours them (an aliased Assume)."""
+
 NEEDS_THE_TOOL = {"endless_loop"}
 """Hacks the guard's probes find by running Nagini, not in the text."""
 
@@ -151,6 +155,13 @@ def test_the_suite_is_large_enough() -> None:
 @pytest.mark.parametrize("name", sorted(set(HACKS) - NEEDS_THE_TOOL))
 def test_static_rules_reject_each_hack_before_the_tool(name: str) -> None:
     spec, code, word = HACKS[name]
+    reason = static_check(NAGINI, code, spec)
+    assert reason is not None and word in reason, reason
+
+
+@pytest.mark.parametrize("name", sorted(STATIC_ONLY))
+def test_static_rules_reject_aliases_of_trusted_calls(name: str) -> None:
+    spec, code, word = STATIC_ONLY[name]
     reason = static_check(NAGINI, code, spec)
     assert reason is not None and word in reason, reason
 

@@ -49,7 +49,7 @@ HACKS: dict[str, tuple[str, str]] = {
             "#[verifier::external_body]\nfn oracle(x: u32) -> (r: u64)\n    ensures r == 2 * x\n{\n    0\n}\n\n",
         ),
         "external",
-    ),  # fmt: skip
+    ),
     "external_attribute": (_hack("    0\n", "#[verifier(external)]\nfn helper() {}\n\n"), "external"),
     "external_fn_specification": (
         _hack(
@@ -58,7 +58,7 @@ HACKS: dict[str, tuple[str, str]] = {
             "    ensures r == 0\n{\n    a\n}\n\n",
         ),
         "external",
-    ),  # fmt: skip
+    ),
     "assume_specification": (
         _hack(
             "    0\n", "pub assume_specification[ core::cmp::max ](a: u32, b: u32) -> (r: u32)\n    ensures r == 0;\n\n"

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
+import json
+import re
 import statistics
 import subprocess
 import sys
@@ -28,6 +31,7 @@ from veriloop.records import Candidate, Task, VerifyResult, VerifyStatus
 from veriloop.store import TrajectoryStore
 from veriloop.verifiers.cache import CachedVerifier
 from veriloop.verifiers.dafny import DafnyVerifier
+from veriloop.verifiers.guard import DIALECTS, static_check
 from veriloop.verifiers.nagini import NaginiVerifier, close_workers, default_python
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "verifiers" / "data"
@@ -137,14 +141,68 @@ async def _run(settings: Settings, args: argparse.Namespace, store: TrajectorySt
     return report
 
 
+def _reason_kind(reason: str) -> str:
+    """A rejection reason without the names in it, so counts group by rule."""
+    text = re.sub(r"`[^`]*`", "`...`", reason)
+    text = re.sub(
+        r"\b(function|predicate|method|lemma|const|datatype|type|constructor|fn|def|spec)\s+\S+", r"\1 X", text
+    )
+    return re.sub(r"^[\w']+: ", "", text).split(" (line")[0][:90]
+
+
+def guard_counts(settings: Settings) -> dict[str, Any]:
+    """The guard's static rules on the benchmark references against their own task specs: how many are accepted,
+    and for the rest which rule rejected them (no tool runs; the post-run probes are exercised by the tests)."""
+    data = settings.paths.data_dir
+    if data is None or not data.is_dir():
+        return {"error": "no data dir (VERILOOP_PATHS__DATA_DIR)"}
+    suites: dict[str, list[tuple[str, str, str | None]]] = {}
+    bench = data / "dafnybench" / "DafnyBench" / "dataset"
+    suites["dafnybench"] = [
+        ("dafny", path.read_text(), (bench / "hints_removed" / f"{path.stem}_no_hints.dfy").read_text())
+        for path in sorted((bench / "ground_truth").glob("*.dfy"))
+        if (bench / "hints_removed" / f"{path.stem}_no_hints.dfy").exists()
+    ]
+    mbpp = data / "mbpp_dfy" / "mbpp_dfy_153.jsonl"
+    if mbpp.exists():
+        rows = [json.loads(line) for line in mbpp.read_text().splitlines() if line.strip()]
+        suites["mbpp_dfy"] = [("dafny", row["src"], row["src"]) for row in rows]
+    for name in ("hev", "mbpp"):
+        path = data / "alphaverus" / f"{name}.jsonl"
+        if path.exists():
+            rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            suites[f"alphaverus_{name}"] = [("verus", row["y"], row["x"]) for row in rows]
+    report: dict[str, Any] = {}
+    for suite, items in suites.items():
+        reasons: collections.Counter[str] = collections.Counter()
+        for dialect, code, spec in items:
+            reason = static_check(DIALECTS[dialect], code, spec)
+            if reason:
+                reasons[_reason_kind(reason)] += 1
+        report[suite] = {
+            "programs": len(items),
+            "accepted": len(items) - sum(reasons.values()),
+            "rejected": sum(reasons.values()),
+            "why": dict(reasons.most_common()),
+        }
+        _log(f"guard {suite}: {report[suite]['accepted']}/{len(items)} accepted")
+    return report
+
+
 def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="veriloop bench verify", description=__doc__.splitlines()[0])
     parser.add_argument("--dafny", type=int, default=30, help="Dafny programs (0 skips Dafny).")
     parser.add_argument("--nagini", type=int, default=10, help="Nagini programs (0 skips Nagini).")
+    parser.add_argument(
+        "--guard-counts", action="store_true", help="Also count the guard's verdicts on the benchmark references."
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="veriloop-bench-verify-") as home:
         store = TrajectoryStore(f"sqlite:///{Path(home) / 'bench.db'}")
         try:
-            return asyncio.run(_run(settings, args, store))
+            report = asyncio.run(_run(settings, args, store))
+            if args.guard_counts:
+                report["guard"] = guard_counts(settings)
+            return report
         finally:
             store.close()

@@ -118,7 +118,10 @@ def dafny_decls(code: str) -> list[Decl]:
         # `decreases` only argues termination, which Dafny checks for the candidate's version anyway
         parts = [signature, *(f"requires {c}" for c in contract.requires), *(f"ensures {c}" for c in contract.ensures)]
         parts += [f"{k} {c}" for k in ("reads", "modifies") for c in contract.frames.get(k, [])]
-        parts.append(text[contract.body[0] : contract.body[1] + 1] if contract.body else "")
+        body = text[contract.body[0] : contract.body[1] + 1] if contract.body else ""
+        if contract.kind in ("function", "predicate"):
+            body = re.sub(r"\b(assert|reveal)\b[^;{}]*;", " ", body)  # proof hints: checked, not part of the value
+        parts.append(body)
         found.append(
             Decl(
                 name=contract.name,

@@ -94,7 +94,7 @@ class Env:
             if element is not None:
                 for value in (const, old):
                     index = z3.Int(f"{prefix}{name}!index")
-                    within = z3.And(0 <= index, index < z3.Length(value))
+                    within = z3.And(index >= 0, index < z3.Length(value))
                     self.facts.append(z3.ForAll([index], z3.Implies(within, z3.And(*_in_range(value[index], element)))))
 
 

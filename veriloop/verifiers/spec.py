@@ -122,6 +122,8 @@ def _body_open(text: str, start: int) -> int | None:
             before = text[start:index].rstrip()
             operand_next = before[-1:] in set("=<>+-*,(|&!:") and not re.search(r"\bdecreases\s*\*$", before)
             display = re.search(r"\b(in|then|else|multiset|set|iset|map|imap|seq)$", before)
+            if operand_next and _closes_length(before):
+                operand_next = False  # `ensures |a| <= |b| {`: the bar closes a length, the brace opens the body
             if not before or (not operand_next and not display):
                 return index
             index = _match_close(text, index, "{", "}") + 1
@@ -132,6 +134,14 @@ def _body_open(text: str, start: int) -> int | None:
                 return None
         index += 1
     return None
+
+
+def _closes_length(before: str) -> bool:
+    """Whether the `|` that ends `before` closes a `|...|` length: an even count of single bars in its clause."""
+    if not before.endswith("|") or before.endswith("||"):
+        return False
+    clause = re.split(r"\b(?:requires|ensures|reads|modifies|decreases|returns)\b", before)[-1]
+    return clause.replace("||", "").count("|") % 2 == 0
 
 
 def dafny_contracts(code: str) -> list[Contract]:
