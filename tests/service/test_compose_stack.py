@@ -102,6 +102,8 @@ def stack() -> Iterator[tuple[Stack, httpx.Client]]:
         "POSTGRES_PASSWORD": secrets.token_hex(12),
         "VERILOOP_LEASE_S": "20",  # a killed worker's run comes back after 20 s instead of 60
         "VERILOOP_HEARTBEAT_S": "3",
+        # On the vfs storage driver creating a container copies the whole image: minutes, not Compose's 60 s.
+        "COMPOSE_HTTP_TIMEOUT": "900",
     }
     stack = Stack(env)
     started = time.monotonic()
