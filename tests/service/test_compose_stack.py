@@ -43,6 +43,12 @@ pytestmark = [
     pytest.mark.skipif(
         COMPOSE is None or not _engine(), reason="needs docker-compose and a Docker engine (make services)"
     ),
+    # Opt-in until the stack runs end to end: building the images takes over 30 minutes on 2 cores, and the
+    # default bubblewrap-in-the-worker sandbox cannot yet write its cgroups there (see docs/service.md).
+    pytest.mark.skipif(
+        os.environ.get("VERILOOP_TEST_COMPOSE_STACK") != "1",
+        reason="opt-in (VERILOOP_TEST_COMPOSE_STACK=1): the compose stack test is not yet part of CI",
+    ),
 ]
 
 
