@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 from veriloop.kernels.commvq import attach_commvq_, collect_kv, fit_commvq
-from veriloop.llm.batcher import ContinuousBatcher, SampleSpec
+from veriloop.llm.batcher import ContinuousBatcher, SampleSpec, SpeculativePrefill
 from veriloop.llm.commvq_cache import CommVQSlotCache
 from veriloop.llm.embedded import commvq_cache_factory
 from veriloop.llm.kv_cache import SlotKVCache
@@ -161,4 +162,34 @@ def test_forced_tokens_score_a_continuation(tiny: tuple[Any, Any]) -> None:
         wanted = [float(expected[len(ids) - 1 + i, t]) for i, t in enumerate(forced)]
         assert output.logprobs == pytest.approx(wanted, abs=1e-4)
     finally:
+        batcher.close()
+
+
+def test_specprefill_scoring_does_not_stop_other_rows(tiny: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The speculator scores a long prompt on a helper thread: a short row finishes while scoring is held."""
+    import veriloop.kernels.specprefill as specprefill
+
+    model, tokenizer = tiny
+    release = threading.Event()
+    original = specprefill.kept_indices
+
+    def held(*args: Any, **kwargs: Any) -> list[int]:
+        assert release.wait(60)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(specprefill, "kept_indices", held)
+    spec = SpeculativePrefill(keep_ratio=0.5, min_tokens=100, speculator_layers=1, chunk_size=16, look_ahead=4)
+    batcher = ContinuousBatcher(model, tokenizer, max_batch_size=2, speculative=spec, eos_token_ids=[])
+    try:
+        long_ids = list(torch.randint(3, 259, (160,), generator=torch.Generator().manual_seed(1)).tolist())
+        long = batcher.submit(long_ids, [SampleSpec(max_tokens=4)])[0]
+        short_ids = encode(tokenizer, "short")
+        short = batcher.submit(short_ids, [SampleSpec(max_tokens=30)])[0].result(timeout=60)
+        assert short.token_ids == reference_greedy(model, short_ids, 30)
+        assert not long.done()
+        release.set()
+        assert len(long.result(timeout=60).token_ids) == 4
+        assert batcher.speculative_prefills == 1
+    finally:
+        release.set()
         batcher.close()
