@@ -56,7 +56,9 @@ from typing import Any, Literal
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
-from veriloop.errors import BackendError
+from veriloop.errors import BackendError, ConfigError
+from veriloop.llm.constraints import ConstraintEngine, RowMatcher, mask_rows, masked
+from veriloop.records import Constraint
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +95,8 @@ class SampleSpec:
     stop: tuple[str, ...] = ()
     seed: int | None = None
     logprobs: bool = False
+    constraint: Constraint | None = None
+    """Structure the sample must match, enforced as a token mask every step (`veriloop.llm.constraints`)."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +106,8 @@ class RowOutput:
     `token_ids` are the tokens of `text` (EOS and the tokens of a matched stop string excluded; a token
     that straddles the start of a stop string is dropped, so `text` may hold a few characters past
     the decoded `token_ids`). `generated_tokens` counts every token the model produced for the row.
-    `logprobs` are log-softmax values of the raw model logits (before temperature and top-p).
+    `logprobs` are log-softmax values of the model logits (before temperature and top-p; after a
+    constraint's mask, so they are the probabilities the row was actually sampled from).
     """
 
     token_ids: list[int]
@@ -125,6 +130,7 @@ class _Row:
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     start: int = 0
+    matcher: RowMatcher | None = None
 
     @property
     def position(self) -> int:
@@ -214,6 +220,7 @@ class ContinuousBatcher:
         """Prompts prefilled by SpecPrefill (for tests and benchmarks)."""
         self._prefix_bytes = 0
         self._prefixes: OrderedDict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = OrderedDict()
+        self._constraints: ConstraintEngine | None = None
         # transformers renamed `past_key_values` to `cache` in 5.2x; pass whichever this version's forward takes.
         parameters = inspect.signature(model.forward).parameters
         self._cache_kwarg = "cache" if "cache" in parameters else "past_key_values"
@@ -256,6 +263,12 @@ class ContinuousBatcher:
             return futures
         for row in rows:
             row.max_tokens = min(row.spec.max_tokens, self.max_context - len(prompt_ids))
+        try:
+            for row in rows:
+                row.matcher = self._matcher(row.spec.constraint)
+        except ConfigError as exc:
+            _fail(rows, exc)
+            return futures
         with self._cond:
             if self._closed:
                 _fail(rows, BackendError("the batcher is closed"))
@@ -271,6 +284,14 @@ class ContinuousBatcher:
             self._cond.notify()
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
+
+    def _matcher(self, constraint: Constraint | None) -> RowMatcher | None:
+        if constraint is None:
+            return None
+        if self._constraints is None:
+            vocab = getattr(self.model.config, "vocab_size", None)
+            self._constraints = ConstraintEngine(self._tokenizer, int(vocab) if vocab else None)
+        return self._constraints.matcher(constraint)
 
     @property
     def closed(self) -> bool:
@@ -524,6 +545,7 @@ class ContinuousBatcher:
         self._length = length + 1
         self.steps += 1
         logits = out.logits[:, -1, :].float()
+        mask_rows(logits, [row.matcher for row in rows])
         greedy = logits.argmax(dim=-1).tolist()
         log_probs = torch.log_softmax(logits, dim=-1) if any(row.spec.logprobs for row in rows) else None
         for slot, row in enumerate(rows):
@@ -532,6 +554,8 @@ class ContinuousBatcher:
             else:
                 token = _sample(logits[slot], row.spec.temperature, row.spec.top_p, row.generator)
             row.tokens.append(token)
+            if row.matcher is not None:
+                row.matcher.advance(token)
             if log_probs is not None and row.spec.logprobs:
                 row.logprobs.append(float(log_probs[slot, token]))
             if self._finish_if_done(row):
@@ -539,11 +563,14 @@ class ContinuousBatcher:
 
     def _append(self, row: _Row, logits: torch.Tensor) -> None:
         """Take the first token of a row from its prompt's prefill logits."""
+        logits = masked(logits, row.matcher)
         if row.generator is None:
             token = int(logits.argmax())
         else:
             token = _sample(logits, row.spec.temperature, row.spec.top_p, row.generator)
         row.tokens.append(token)
+        if row.matcher is not None:
+            row.matcher.advance(token)
         if row.spec.logprobs:
             row.logprobs.append(float(torch.log_softmax(logits, dim=-1)[token]))
 
@@ -558,6 +585,8 @@ class ContinuousBatcher:
             cuts = [index for stop in row.spec.stop if stop and (index := text.find(stop)) >= 0]
             if cuts:
                 output = self._output_cut(row, text, min(cuts))
+        if output is None and row.matcher is not None and row.matcher.finished:
+            output = self._output(row, row.tokens, "stop")  # the constraint is complete: nothing may follow
         if output is None and len(row.tokens) >= row.max_tokens:
             output = self._output(row, row.tokens, "length")
         if output is None:
