@@ -46,7 +46,7 @@ def grammar_text(constraint: Constraint) -> str:
         if kind == "json_schema":
             schema = json.loads(value)
             if not isinstance(schema, dict | bool):
-                raise ConfigError("a JSON Schema is an object (or true/false)")
+                raise ConfigError("invalid json_schema constraint: a JSON Schema is an object (or true/false)")
             return str(llguidance.LLMatcher.grammar_from_json_schema(schema))
         if kind == "lark":
             return str(llguidance.LLMatcher.grammar_from_lark(value))
@@ -64,9 +64,9 @@ def validate(constraint: Constraint) -> None:
     import llguidance
 
     grammar = grammar_text(constraint)
-    ok, _, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
-    if not ok:
-        raise ConfigError(f"invalid {constraint.kind} constraint: {' '.join(' '.join(messages).split())[:400]}")
+    message = str(llguidance.LLMatcher.validate_grammar(grammar) or "")
+    if message:
+        raise ConfigError(f"invalid {constraint.kind} constraint: {' '.join(message.split())[:400]}")
 
 
 class RowMatcher:
