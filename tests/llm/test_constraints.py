@@ -59,9 +59,7 @@ def _regex() -> st.SearchStrategy[str]:
         return st.one_of(
             st.lists(inner, min_size=2, max_size=4).map("".join),
             st.lists(inner, min_size=2, max_size=3).map(lambda parts: "(" + "|".join(parts) + ")"),
-            st.tuples(inner, st.integers(0, 2), st.integers(0, 3)).map(
-                lambda t: f"({t[0]}){{{t[1]},{t[1] + t[2]}}}"
-            ),
+            st.tuples(inner, st.integers(0, 2), st.integers(0, 3)).map(lambda t: f"({t[0]}){{{t[1]},{t[1] + t[2]}}}"),
             inner.map(lambda part: f"({part})?"),
         )
 
@@ -70,7 +68,9 @@ def _regex() -> st.SearchStrategy[str]:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(pattern=_regex(), seed=st.integers(0, 2**16))
-def test_random_regex_samples_always_match(engine: ConstraintEngine, tiny: tuple[Any, Any], pattern: str, seed: int) -> None:
+def test_random_regex_samples_always_match(
+    engine: ConstraintEngine, tiny: tuple[Any, Any], pattern: str, seed: int
+) -> None:
     text = walk(engine, tiny[1], Constraint(kind="regex", value=pattern), seed)
     assert text is not None, "a bounded regex must end"
     assert re.fullmatch(pattern, text), (pattern, text)
@@ -99,9 +99,7 @@ def _schema() -> st.SearchStrategy[dict[str, Any]]:
                 "additionalProperties": False,
             }
         )
-        arrays = st.tuples(inner, st.integers(0, 3)).map(
-            lambda t: {"type": "array", "items": t[0], "maxItems": t[1]}
-        )
+        arrays = st.tuples(inner, st.integers(0, 3)).map(lambda t: {"type": "array", "items": t[0], "maxItems": t[1]})
         return st.one_of(objects, arrays)
 
     return st.recursive(_leaf, extend, max_leaves=6)
@@ -127,7 +125,9 @@ term: NAME | NUMBER | "(" expr ")"
 NAME: /[a-z]{1,3}/
 NUMBER: /[0-9]{1,2}/
 """
-LARK_CHECK = re.compile(r"(?:[a-z]{1,3} = (?:[a-z]{1,3}|[0-9]{1,2}|\(.*\))(?: \+ (?:[a-z]{1,3}|[0-9]{1,2}|\(.*\)))*;\n)+")
+LARK_CHECK = re.compile(
+    r"(?:[a-z]{1,3} = (?:[a-z]{1,3}|[0-9]{1,2}|\(.*\))(?: \+ (?:[a-z]{1,3}|[0-9]{1,2}|\(.*\)))*;\n)+"
+)
 GBNF = 'root ::= answer "."\nanswer ::= "yes" | "no" | "maybe " [0-9]'
 
 
@@ -148,7 +148,7 @@ def test_lark_and_gbnf_samples_parse(engine: ConstraintEngine, tiny: tuple[Any, 
         Constraint(kind="json_schema", value="{not json"),
         Constraint(kind="json_schema", value="[1, 2]"),
         Constraint(kind="lark", value="start: undefined_rule"),
-        Constraint(kind="gbnf", value='root ::= undefined-rule'),
+        Constraint(kind="gbnf", value="root ::= undefined-rule"),
     ],
 )
 def test_bad_constraints_are_config_errors(engine: ConstraintEngine, constraint: Constraint) -> None:
@@ -175,7 +175,12 @@ def test_batcher_rows_with_different_constraints_n_logprobs_and_stops(tiny: tupl
     ids = list(tokenizer("def f(x):").input_ids)
     phone = Constraint(kind="regex", value=r"\d{3}-\d{4}")
     choice = Constraint(kind="gbnf", value='root ::= "yes" | "no"')
-    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}},
+        "required": ["a"],
+        "additionalProperties": False,
+    }
     objects = Constraint(kind="json_schema", value=json.dumps(schema))
     futures = batcher.submit(
         ids,
