@@ -180,3 +180,27 @@ def masked(logits: torch.Tensor, matcher: RowMatcher | None) -> torch.Tensor:
     out = logits.clone().unsqueeze(0)
     mask_rows(out, [matcher])
     return out[0]
+
+
+def structured_outputs(constraint: Constraint) -> dict[str, Any]:
+    """vLLM's `structured_outputs` fields for a constraint (vLLM >= 0.12, which removed the `guided_*` fields)."""
+    if constraint.kind == "regex":
+        return {"regex": constraint.value}
+    if constraint.kind == "json_schema":
+        return {"json": json.loads(constraint.value)}
+    return {"grammar": constraint.value}  # Lark for the guidance backend, GBNF/EBNF for xgrammar
+
+
+def openai_request_fields(constraint: Constraint | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(keyword arguments, extra body) that ask an OpenAI-compatible server for the same constraint.
+
+    A JSON Schema goes as OpenAI's own `response_format`; regular expressions and grammars have no OpenAI
+    field, so they go as vLLM's `structured_outputs` extra body (SGLang and veriloop's /v1 accept it too).
+    """
+    if constraint is None:
+        return {}, {}
+    if constraint.kind == "json_schema":
+        schema = json.loads(constraint.value)
+        response_format = {"type": "json_schema", "json_schema": {"name": "constraint", "schema": schema}}
+        return {"response_format": response_format}, {}
+    return {}, {"structured_outputs": structured_outputs(constraint)}
