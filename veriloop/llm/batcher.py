@@ -694,7 +694,7 @@ def _sample(logits: torch.Tensor, temperature: float, top_p: float, generator: t
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
-def _fail(rows: Sequence[_Row], error: BackendError) -> None:
+def _fail(rows: Sequence[_Row], error: BackendError | ConfigError) -> None:
     for row in rows:
         with contextlib.suppress(concurrent.futures.InvalidStateError):
             row.future.set_exception(error)

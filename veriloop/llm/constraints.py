@@ -47,7 +47,7 @@ def grammar_text(constraint: Constraint) -> str:
             schema = json.loads(value)
             if not isinstance(schema, dict | bool):
                 raise ConfigError("invalid json_schema constraint: a JSON Schema is an object (or true/false)")
-            return str(llguidance.LLMatcher.grammar_from_json_schema(schema))
+            return str(llguidance.LLMatcher.grammar_from_json_schema(value if isinstance(schema, bool) else schema))
         if kind == "lark":
             return str(llguidance.LLMatcher.grammar_from_lark(value))
         from llguidance.gbnf_to_lark import gbnf_to_lark
