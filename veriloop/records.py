@@ -45,6 +45,17 @@ Prompt = str | list[Message]
 """A raw text prompt (no chat template) or a conversation (rendered with the model's template)."""
 
 
+ConstraintKind = Literal["regex", "json_schema", "lark", "gbnf"]
+
+
+class Constraint(Record):
+    """A structure every sample must have: a regular expression, a JSON Schema (as JSON text), or a
+    context-free grammar in Lark or GBNF. Backends enforce it while decoding (`veriloop.llm.constraints`)."""
+
+    kind: ConstraintKind
+    value: str = Field(min_length=1, description="The pattern, the schema's JSON text, or the grammar.")
+
+
 class SamplingParams(Record):
     """How to sample; the same object is stored with every completion it produced."""
 
@@ -55,6 +66,7 @@ class SamplingParams(Record):
     stop: list[str] = Field(default_factory=list, description="Strings that end a sample; not included.")
     seed: int | None = Field(None, description="Seed for reproducible sampling; None draws one.")
     logprobs: bool = Field(False, description="Return the log-probability of each sampled token.")
+    constraint: Constraint | None = Field(None, description="Structure every sample must match; None: free text.")
 
 
 class Usage(Record):

@@ -154,3 +154,49 @@ async def test_resume_rebuilds_the_frontier_and_skips_stored_nodes(store: Trajec
     stored = store.get_tree(reference_run.id, "t")
     expected = [(n.metadata["level"], n.metadata["slot"], n.code, n.depth) for n in stored]
     assert sorted(shape) == sorted(expected)
+
+
+class SyntaxProblem(NumberProblem):
+    """Prose and malformed numbers are rejected before any verifier runs (score -1, with the parser's message)."""
+
+    def refine_messages(self, path: Sequence[Node]) -> list[Message]:
+        feedback = path[-1].metadata["feedback"]
+        return [Message(role="user", content=f"refine {path[-1].code} at {len(path)} because {feedback}")]
+
+    async def evaluate(self, code: str) -> Evaluation:
+        try:
+            return await super().evaluate(code)
+        except ValueError:
+            result = VerifyResult(status=VerifyStatus.SYNTAX_ERROR, score=-1.0, reason=f"cannot parse {code!r}")
+            return Evaluation(result=result, score=-1.0, feedback=f"parse error: {code!r} is not a number",
+                              verifier_calls=0)  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["treefinement", "breadth", "beam", "linear"])
+async def test_rejected_nodes_are_refined_with_their_message(store: TrajectoryStore, kind: str) -> None:
+    seen: list[str] = []
+
+    def reply(prompt: Prompt) -> str:
+        text = prompt_text(prompt)
+        seen.append(text)
+        if text == "root":
+            return "Here is my answer: a number"
+        return "1.0" if "parse error" in text and "at 2" in text else "still prose"
+
+    run = new_run(store)
+    config = SearchConfig(kind=kind, width=2, depth=4)  # type: ignore[arg-type]
+    outcome = await run_search(SyntaxProblem(), ScriptedBackend([reply]), store, run_id=run.id, task_id="t",
+                               config=config)  # fmt: skip
+    assert outcome.solved, [node.code for node in outcome.nodes]
+    assert outcome.best is not None and outcome.best.depth == 2 and outcome.best.role == "refine"
+    assert outcome.summary()["max_depth"] == 2
+    assert any("parse error" in text for text in seen)
+    assert seen.count("root") == config.levels()[0]  # one root level, never restarted from the root
+
+
+async def test_best_of_n_never_refines_rejected_nodes(store: TrajectoryStore) -> None:
+    run = new_run(store)
+    backend = ScriptedBackend([lambda prompt: "prose"])
+    outcome = await run_search(SyntaxProblem(), backend, store, run_id=run.id, task_id="t",
+                               config=SearchConfig(kind="best_of_n", width=2, depth=3))  # fmt: skip
+    assert not outcome.solved and {node.depth for node in outcome.nodes} == {0}

@@ -52,6 +52,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--settings", default="dafny_hints,humaneval_tests", help="Settings to run.")
     parser.add_argument("--batch", type=int, default=16, help="llm.max_batch_size for the run.")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--infill", default="hints", help="dafny_hints modes to run: hints, whole, or hints,whole.")
     return parser.parse_args(list(argv))
 
 
@@ -98,6 +99,7 @@ async def run_setting(
     backend: Backend,
     sandbox: Sandbox,
     result: dict[str, Any],
+    infill: str = "hints",
 ) -> dict[str, Any]:
     """Every search on every task of one setting; one stored run per search."""
     report: dict[str, Any] = result.setdefault(name, {})
@@ -107,6 +109,7 @@ async def run_setting(
         options = AlphaVerusOptions(
             mode="inference", target=target, search=kind, width=args.width, depth=args.depth,
             max_tokens=args.max_tokens, verifier_seconds=args.verifier_seconds, seed=args.seed, few_shot=0,
+            infill=infill,
         )  # fmt: skip
         run = store.create_run(
             Run(agent="alphaverus", suite=tasks[0].suite, model=backend.model_id, status=RunStatus.RUNNING,
@@ -143,11 +146,38 @@ async def run_setting(
             "verifier_s": total("verifier_s"),
             "wall_s": round(wall, 2),
             "filters": {"guard_rejected_nodes": guard, **checks},
+            **node_shares(nodes),
         }
         save_partial(settings, result)
         _log(f"  {name} {kind}: solved {len(solved)}/{len(tasks)}, calls {report[kind]['llm_calls']}, "
              f"mean best {report[kind]['mean_best_score']}, {wall:.0f} s")  # fmt: skip
     return report
+
+
+def node_shares(nodes: Sequence[Any]) -> dict[str, Any]:
+    """Share of nodes Dafny could not parse, share it verified, and the deepest refinement reached."""
+    statuses = [node.verify_result.status for node in nodes if node.verify_result is not None]
+    count = len(statuses) or 1
+    return {
+        "nodes": len(nodes),
+        "syntax_error_share": round(sum(s is VerifyStatus.SYNTAX_ERROR for s in statuses) / count, 4),
+        "verified_share": round(sum(s is VerifyStatus.VERIFIED for s in statuses) / count, 4),
+        "max_depth": max((node.depth for node in nodes), default=0),
+    }
+
+
+def summary(result: dict[str, Any], tasks: int) -> dict[str, Any]:
+    """The committed shape: {"tasks": N, "hints"|"whole": {SEARCH: {syntax_error_share, verified_share, solved}}}."""
+    out: dict[str, Any] = {"tasks": tasks}
+    for infill, name in (("hints", "dafny_hints"), ("whole", "dafny_hints_whole")):
+        if name in result:
+            out[infill] = {
+                kind: {
+                    key: row[key] for key in ("syntax_error_share", "verified_share", "solved", "max_depth", "nodes")
+                }
+                for kind, row in result[name].items()
+            }
+    return out
 
 
 def ratios(report: dict[str, Any]) -> dict[str, Any]:
@@ -177,14 +207,18 @@ async def run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
             suite = load_suite("dafnybench-hints", settings)
             tasks = sorted(suite.tasks, key=lambda task: len(task.prompt))[: args.dafny_tasks]
             _log(f"dafny_hints: {len(tasks)} programs of {suite.name} ({suite.version})")
-            await run_setting("dafny_hints", tasks, "dafny", args, settings, store, backend, sandbox, result)
+            for infill in [mode.strip() for mode in args.infill.split(",") if mode.strip()]:
+                name = "dafny_hints" if infill == "hints" else "dafny_hints_whole"
+                await run_setting(name, tasks, "dafny", args, settings, store, backend, sandbox, result, infill)
             result["dafny_hints_suite"] = suite.version
+            result["summary"] = summary(result, len(tasks))
         if "humaneval_tests" in chosen:
             suite = load_suite("humaneval", settings)
             tasks = list(suite.tasks[: args.humaneval_tasks])
             _log(f"humaneval_tests: {len(tasks)} problems")
             await run_setting("humaneval_tests", tasks, "tests", args, settings, store, backend, sandbox, result)
-        result["ratios"] = {name: ratios(result[name]) for name in ("dafny_hints", "humaneval_tests") if name in result}
+        names = ("dafny_hints", "dafny_hints_whole", "humaneval_tests")
+        result["ratios"] = {name: ratios(result[name]) for name in names if name in result}
     finally:
         await backend.aclose()
         await sandbox.aclose()

@@ -50,9 +50,11 @@ from typing import Any, Literal
 
 import torch
 
-from veriloop.errors import BackendError
+from veriloop.errors import BackendError, ConfigError
+from veriloop.llm.constraints import ConstraintEngine, RowMatcher, mask_rows
 from veriloop.llm.kv_cache import Chunk, KVStore, SlotKVCache, StepLayout, saved_columns, saved_nbytes
 from veriloop.llm.packed import PackedDecoder
+from veriloop.records import Constraint
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +102,8 @@ class SampleSpec:
     forced: tuple[int, ...] = ()
     """Teacher forcing: the row takes these tokens instead of choosing (with `logprobs`, the model's
     log-probability of each is recorded), which measures perplexity through the live cache."""
+    constraint: Constraint | None = None
+    """Structure the sample must match, enforced as a token mask every step (`veriloop.llm.constraints`)."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +113,8 @@ class RowOutput:
     `token_ids` are the tokens of `text` (EOS and the tokens of a matched stop string excluded; a token
     that straddles the start of a stop string is dropped, so `text` may hold a few characters past
     the decoded `token_ids`). `generated_tokens` counts every token the model produced for the row.
-    `logprobs` are log-softmax values of the raw model logits (before temperature and top-p).
+    `logprobs` are log-softmax values of the model logits (before temperature and top-p; after a
+    constraint's mask, so they are the probabilities the row was actually sampled from).
     """
 
     token_ids: list[int]
@@ -163,6 +168,8 @@ class _Row:
     """Cache columns the row holds (its prompt's, or fewer after SpecPrefill, plus its tokens fed back)."""
     sent: int = 0
     """Characters of the text already given to the listener."""
+    matcher: RowMatcher | None = None
+    """The row's constraint state, advanced with every token it takes."""
 
     @property
     def position(self) -> int:
@@ -241,6 +248,7 @@ class ContinuousBatcher:
         """Most rows holding a slot at once."""
         self._prefix_bytes = 0
         self._prefixes: OrderedDict[tuple[int, ...], list[tuple[torch.Tensor, ...]]] = OrderedDict()
+        self._constraints: ConstraintEngine | None = None
         self._scorer: concurrent.futures.ThreadPoolExecutor | None = None
 
         self._cond = threading.Condition()
@@ -299,6 +307,12 @@ class ContinuousBatcher:
             row.max_tokens = min(row.spec.max_tokens, self.max_context - len(prompt_ids))
             if row.spec.forced:
                 row.max_tokens = min(row.max_tokens, len(row.spec.forced))
+        try:
+            for row in rows:
+                row.matcher = self._matcher(row.spec.constraint)
+        except ConfigError as exc:
+            _fail(rows, exc)
+            return futures
         with self._cond:
             if self._closed:
                 _fail(rows, BackendError("the batcher is closed"))
@@ -314,6 +328,14 @@ class ContinuousBatcher:
             self._cond.notify()
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
+
+    def _matcher(self, constraint: Constraint | None) -> RowMatcher | None:
+        if constraint is None:
+            return None
+        if self._constraints is None:
+            vocab = getattr(self.model.config, "vocab_size", None)
+            self._constraints = ConstraintEngine(self._tokenizer, int(vocab) if vocab else None)
+        return self._constraints.matcher(constraint)
 
     @property
     def closed(self) -> bool:
@@ -430,6 +452,8 @@ class ContinuousBatcher:
         logprob_of = dict(zip(wanted, picked, strict=True))
         for index, row in enumerate(choosers):
             row.tokens.append(int(token_list[index]))
+            if row.matcher is not None:
+                row.matcher.advance(row.tokens[-1])
             if index in logprob_of:
                 row.logprobs.append(float(logprob_of[index]))
             if self._finish_if_done(row):
@@ -445,6 +469,7 @@ class ContinuousBatcher:
         temperature and top-p from their own generator. A per-row constraint (a token mask) is
         applied here, to `logits`, before either.
         """
+        mask_rows(logits, [row.matcher for row in rows])
         greedy = logits.argmax(dim=-1)
         tokens = greedy.cpu() if greedy.device.type != "cpu" else greedy
         sampled = [index for index, row in enumerate(rows) if row.generator is not None]
@@ -707,6 +732,8 @@ class ContinuousBatcher:
             cuts = [index for stop in row.spec.stop if stop and (index := text.find(stop)) >= 0]
             if cuts:
                 output = self._output_cut(row, text, min(cuts))
+        if output is None and row.matcher is not None and row.matcher.finished:
+            output = self._output(row, row.tokens, "stop")  # the constraint is complete: nothing may follow
         if output is None and len(row.tokens) >= row.max_tokens:
             output = self._output(row, row.tokens, "length")
         if output is None:
@@ -863,7 +890,7 @@ def _sample(logits: torch.Tensor, temperature: float, top_p: float, generator: t
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
-def _fail(rows: Sequence[_Row], error: BackendError) -> None:
+def _fail(rows: Sequence[_Row], error: BackendError | ConfigError) -> None:
     for row in rows:
         with contextlib.suppress(concurrent.futures.InvalidStateError):
             row.future.set_exception(error)

@@ -475,6 +475,7 @@ class EmbeddedBackend:
                 stop=tuple(params.stop),
                 seed=sample_seed(params.seed, index),
                 logprobs=params.logprobs,
+                constraint=params.constraint,
             )
             for index in range(params.n)
         ]

@@ -21,6 +21,7 @@ from openai import AsyncOpenAI
 
 from veriloop.config import Settings
 from veriloop.errors import BackendError
+from veriloop.llm.constraints import openai_request_fields
 from veriloop.records import Completion, FinishReason, Prompt, SamplingParams, Usage
 
 T = TypeVar("T")
@@ -138,19 +139,27 @@ class OpenAIBackend:
             kwargs["stop"] = list(params.stop)
         if seed is not None:
             kwargs["seed"] = seed
+        fields, extra = openai_request_fields(params.constraint)
+        kwargs.update(fields)
+        if extra:
+            kwargs["extra_body"] = extra
         return kwargs
 
-    def _extra_body(self) -> dict[str, Any] | None:
-        return {TOKEN_IDS_FIELD: True} if self._request_token_ids else None
+    def _extra_body(self, kwargs: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        body = dict(kwargs.pop("extra_body", {}) if kwargs is not None else {})
+        if self._request_token_ids:
+            body[TOKEN_IDS_FIELD] = True
+        return body or None
 
     async def _chat(self, prompt: Prompt, params: SamplingParams, n: int, seed: int | None) -> list[Completion]:
         assert not isinstance(prompt, str)
         messages: list[Any] = [{"role": message.role, "content": message.content} for message in prompt]
         kwargs = self._common(params, n, seed)
+        extra = self._extra_body(kwargs)
         if params.logprobs:
             kwargs["logprobs"] = True
         response = await self._call(
-            lambda: self._client.chat.completions.create(messages=messages, extra_body=self._extra_body(), **kwargs)
+            lambda: self._client.chat.completions.create(messages=messages, extra_body=extra, **kwargs)
         )
         usage = response.usage
         out = []
@@ -169,11 +178,13 @@ class OpenAIBackend:
 
     async def _text(self, prompt: str, params: SamplingParams, n: int, seed: int | None) -> list[Completion]:
         kwargs = self._common(params, n, seed)
+        extra = self._extra_body(kwargs)
+        if "response_format" in kwargs:  # the completions endpoint has no response_format: vLLM's field instead
+            fields = kwargs.pop("response_format")
+            extra = {**(extra or {}), "structured_outputs": {"json": fields["json_schema"]["schema"]}}
         if params.logprobs:
             kwargs["logprobs"] = 0
-        response = await self._call(
-            lambda: self._client.completions.create(prompt=prompt, extra_body=self._extra_body(), **kwargs)
-        )
+        response = await self._call(lambda: self._client.completions.create(prompt=prompt, extra_body=extra, **kwargs))
         usage = response.usage
         out = []
         for choice in sorted(response.choices, key=lambda c: c.index):

@@ -36,6 +36,12 @@ def sampling_kwargs(params: SamplingParams) -> dict[str, Any]:
     }
     if params.logprobs:
         kwargs["logprobs"] = 0  # the sampled token's own logprob, no alternatives
+    if params.constraint is not None:
+        from vllm.sampling_params import StructuredOutputsParams
+
+        from veriloop.llm.constraints import structured_outputs
+
+        kwargs["structured_outputs"] = StructuredOutputsParams(**structured_outputs(params.constraint))
     return kwargs
 
 

@@ -5,8 +5,11 @@
         children <- one sample per frontier entry (the root prompt, or the entry's history + its feedback)
         score every child with the verifier; store it
         if some child scores >= 1: stop, return the first
-        survivors <- children with score >= 0          (none: retry the same frontier)
+        survivors <- children with score >= 0
         frontier <- width draws, with replacement, from *all* survivors by softmax(weight / T)
+                    (no survivor: width uniform draws from the rejected children that proposed a program,
+                    refined with the parser's or the rule's message, as AlphaVerus's error triplets do;
+                    only when no child proposed anything does the next level retry the same frontier)
 
 The searches differ only in the weight and the shape (research notes §1.2, `inference/rebase.py`):
 `treefinement` weighs by score (REBASE); `breadth` weighs every survivor the same; `beam` keeps the top k;
@@ -28,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from veriloop.llm.base import Backend
-from veriloop.records import Completion, Message, Node, Prompt, SamplingParams, VerifyResult, new_id
+from veriloop.records import Completion, Constraint, Message, Node, Prompt, SamplingParams, VerifyResult, new_id
 from veriloop.search.budget import Budget, Spend
 from veriloop.search.score import NODE_TEMPERATURE, Weighting, resample
 from veriloop.store import TrajectoryStore
@@ -98,8 +101,14 @@ class SearchConfig:
     def effective_budget(self) -> Budget:
         return self.budget if self.budget is not None else Budget(llm_calls=self.width * self.depth)
 
+    constraint: Constraint | None = None
+    """Structure every sample must have (a grammar of the reply), enforced by the backend while decoding."""
+
     def params(self, n: int) -> SamplingParams:
-        return SamplingParams(n=n, temperature=self.temperature, max_tokens=self.max_tokens, stop=list(self.stop))
+        return SamplingParams(
+            n=n, temperature=self.temperature, max_tokens=self.max_tokens, stop=list(self.stop),
+            constraint=self.constraint,
+        )  # fmt: skip
 
     def as_dict(self) -> dict[str, Any]:
         budget = self.effective_budget()
@@ -132,6 +141,7 @@ class SearchOutcome:
             "calls_to_success": self.calls_to_success,
             "stop_reason": self.stop_reason,
             "nodes": len(self.nodes),
+            "max_depth": max((node.depth for node in self.nodes), default=None),
             **self.spend.as_dict(),
         }
 
@@ -235,6 +245,8 @@ class TreeSearch:
                 weighting=WEIGHTING[config.kind],
                 top_k=config.top_k,
             )
+            if not picks and config.kind != "best_of_n":
+                picks = refine_rejected(children, width, self._rng(level))
             if picks:
                 frontier = [children[index] for index in picks]
         return self._outcome(mine, spend, None, "depth")
@@ -331,6 +343,19 @@ class TreeSearch:
             stop_reason=reason,
             nodes=nodes,
         )
+
+
+def refine_rejected(children: Sequence[Node], width: int, rng: random.Random) -> list[int]:
+    """Frontier indices when every child was discarded: uniform draws from those that proposed a program.
+
+    A node rejected before the verifier ran (a syntax error, a rule of the spec guard) still carries the
+    message that rejected it; refining it with that message is how a small model gets from prose or a
+    malformed program to one the verifier can judge, instead of restarting from the root every level.
+    """
+    proposed = [index for index, child in enumerate(children) if (child.code or "").strip()]
+    if not proposed:
+        return []
+    return sorted(rng.choices(proposed, k=width))
 
 
 async def run_search(

@@ -24,9 +24,10 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
 from veriloop.config import Settings
-from veriloop.errors import BackendError
+from veriloop.errors import BackendError, ConfigError
 from veriloop.llm.base import Backend, StreamDelta, StreamingBackend
-from veriloop.records import Completion, Message, Prompt, SamplingParams
+from veriloop.llm.constraints import validate
+from veriloop.records import Completion, Constraint, Message, Prompt, SamplingParams
 from veriloop.service.deps import backend_of, settings_of
 from veriloop.service.http_errors import APIError
 from veriloop.service.openai_schema import (
@@ -71,8 +72,6 @@ async def chat_completions(
     _check_model(body.model, backend, settings)
     if body.tools:
         raise APIError(400, "tools are not supported by this server", param="tools")
-    if body.response_format and body.response_format.get("type", "text") != "text":
-        raise APIError(400, "only response_format type 'text' is supported", param="response_format")
     max_tokens = body.max_completion_tokens or body.max_tokens or DEFAULT_CHAT_MAX_TOKENS
     params = _params(body, max_tokens, logprobs=body.logprobs)
     if body.stream and isinstance(backend, StreamingBackend):
@@ -155,7 +154,52 @@ def _params(body: SamplingFields, max_tokens: int, *, logprobs: bool) -> Samplin
         stop=body.stop_list(),
         seed=body.seed,
         logprobs=logprobs,
+        constraint=_constraint(body),
     )
+
+
+def _constraint(body: SamplingFields) -> Constraint | None:
+    """The structure asked for, the way OpenAI (response_format) or vLLM (structured_outputs, guided_*) spell it."""
+    found: list[tuple[str, Constraint]] = []
+    fmt = body.response_format or {}
+    kind = fmt.get("type", "text")
+    if kind == "json_object":
+        found.append(("response_format", Constraint(kind="json_schema", value='{"type": "object"}')))
+    elif kind == "json_schema":
+        schema = (fmt.get("json_schema") or {}).get("schema")
+        if not isinstance(schema, dict):
+            raise APIError(400, "response_format.json_schema.schema must be an object", param="response_format")
+        found.append(("response_format", Constraint(kind="json_schema", value=json.dumps(schema))))
+    elif kind != "text":
+        raise APIError(400, f"unsupported response_format type {kind!r}", param="response_format")
+    outputs = dict(body.structured_outputs or {})
+    for key, field in (("regex", "guided_regex"), ("json", "guided_json"), ("grammar", "guided_grammar")):
+        if getattr(body, field) is not None:
+            outputs.setdefault(key, getattr(body, field))
+    for key, value in outputs.items():
+        if value is None:
+            continue
+        if key == "regex" and isinstance(value, str):
+            found.append((key, Constraint(kind="regex", value=value)))
+        elif key == "json" and isinstance(value, dict | str):
+            found.append(
+                (key, Constraint(kind="json_schema", value=value if isinstance(value, str) else json.dumps(value)))
+            )
+        elif key == "grammar" and isinstance(value, str):
+            grammar_kind = "gbnf" if "::=" in value else "lark"
+            found.append((key, Constraint(kind=grammar_kind, value=value)))
+        else:
+            raise APIError(400, f"unsupported structured_outputs field {key!r}", param="structured_outputs")
+    if len(found) > 1:
+        raise APIError(400, "give one constraint: response_format, regex, json or grammar", param=found[1][0])
+    if not found:
+        return None
+    param, constraint = found[0]
+    try:
+        validate(constraint)
+    except ConfigError as exc:
+        raise APIError(400, str(exc), param=param) from None
+    return constraint
 
 
 def _conversation(messages: Sequence[ChatMessageIn]) -> Prompt:

@@ -59,6 +59,11 @@ class SamplingFields(Lenient):
     stream_options: StreamOptions | None = None
     user: str | None = None
     return_token_ids: bool | None = Field(None, description="vLLM's switch; token ids are always returned here.")
+    response_format: dict[str, Any] | None = Field(None, description="OpenAI's: text, json_object or json_schema.")
+    structured_outputs: dict[str, Any] | None = Field(None, description="vLLM's: {regex|json|grammar: ...}.")
+    guided_regex: str | None = Field(None, description="vLLM < 0.12's spelling of structured_outputs.regex.")
+    guided_json: dict[str, Any] | str | None = Field(None, description="vLLM < 0.12's structured_outputs.json.")
+    guided_grammar: str | None = Field(None, description="vLLM < 0.12's structured_outputs.grammar.")
 
     @field_validator("stop")
     @classmethod
@@ -101,7 +106,6 @@ class ChatCompletionRequest(SamplingFields):
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
     tools: list[Any] | None = None
-    response_format: dict[str, Any] | None = None
 
 
 class CompletionRequest(SamplingFields):

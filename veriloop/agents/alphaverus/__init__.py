@@ -16,6 +16,7 @@ from typing import Any
 
 from veriloop.agents.alphaverus.filters import edits_spec
 from veriloop.agents.alphaverus.graph import LoopContext, build_graph, search_id, task_mode
+from veriloop.agents.alphaverus.hints import HintsProblem, hint_slots
 from veriloop.agents.alphaverus.pools import ERRORS, SOLVED, Pools
 from veriloop.agents.alphaverus.problem import VerifierProblem, program_text
 from veriloop.agents.alphaverus.prompts import LANGUAGE, explore_messages, fenced, render_errors
@@ -89,6 +90,13 @@ def inference_messages(
     return [Message(role="system", content=render_errors(errors, target)), *messages]
 
 
+def uses_hints(task: Task, target: str, options: AlphaVerusOptions) -> bool:
+    """Hints infill for a Dafny hints task with at least one loop to annotate (else the whole program)."""
+    return (
+        options.infill == "hints" and target == "dafny" and task_mode(task) == "hints" and bool(hint_slots(task.prompt))
+    )
+
+
 def spec_edited(triplet: dict[str, Any], target: str) -> bool:
     return edits_spec(str(triplet["bad"]), str(triplet["good"]), target)
 
@@ -128,20 +136,27 @@ class AlphaVerusAgent(Agent[AlphaVerusOptions]):
                     pools.sample, ERRORS, 1 << 30, o.few_shot, rng, task.id, lambda item: not spec_edited(item, target)
                 )
             )
-            problem = VerifierProblem(
-                task, verifier, scorer_for(target), inference_messages(task, target, solved, errors), target=target,
-                history=o.history, program=lambda reply: inference_program(task, target, reply),
-            )  # fmt: skip
+            problem: VerifierProblem
+            if uses_hints(task, target, o):
+                problem = HintsProblem(task, verifier, scorer_for(target), [], target=target, program_text=task.prompt)
+            else:
+                problem = VerifierProblem(
+                    task, verifier, scorer_for(target), inference_messages(task, target, solved, errors),
+                    target=target, history=o.history, program=lambda reply: inference_program(task, target, reply),
+                )  # fmt: skip
+            hinted = isinstance(problem, HintsProblem)
             config = SearchConfig(
                 kind=o.search, width=o.width, depth=o.depth, temperature=o.temperature,
-                node_temperature=o.node_temperature, max_tokens=o.max_tokens, stop=(CLOSING_FENCE,), seed=o.seed,
-                verify_concurrency=o.verify_concurrency,
+                node_temperature=o.node_temperature, max_tokens=o.max_tokens, stop=() if hinted else (CLOSING_FENCE,),
+                seed=o.seed, verify_concurrency=o.verify_concurrency,
                 budget=Budget(llm_calls=o.width * o.depth, verifier_s=o.verifier_seconds),
+                constraint=problem.constraint if isinstance(problem, HintsProblem) else None,
             )  # fmt: skip
             outcome = await run_search(
                 problem, ctx.backend, ctx.store, run_id=ctx.run.id, task_id=task.id, config=config,
                 search_id=search_id(ctx.run.id, task.id, "inference"),
-                metadata={"phase": "inference", "few_shot": len(solved), "error_exemplars": len(errors)},
+                metadata={"phase": "inference", "few_shot": len(solved), "error_exemplars": len(errors),
+                          "infill": "hints" if hinted else "whole"},
             )  # fmt: skip
         finally:
             if target != "tests":

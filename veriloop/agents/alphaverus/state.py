@@ -38,6 +38,11 @@ class AlphaVerusOptions(AgentOptions):
         None, gt=0, description="Verifier seconds one search may spend (besides its width x depth LLM calls)."
     )
     seed: int = Field(0, description="Seed of exemplar sampling and frontier draws.")
+    infill: Literal["hints", "whole"] = Field(
+        "hints",
+        description="Hints tasks (DafnyBench hints): hints = the model writes only loop invariants and decreases "
+        "clauses under a grammar, spliced into the task's program; whole = it writes the whole program (the paper).",
+    )
 
 
 class SuiteState(TypedDict, total=False):

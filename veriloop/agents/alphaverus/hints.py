@@ -1,0 +1,284 @@
+"""Proof-hint infill: the program stays the task's, the model writes only annotations at marked points.
+
+Each `while` loop of a Dafny program is a hint slot. The model answers with one block per slot,
+
+    // loop 1
+    invariant 0 <= i <= a.Length
+    decreases a.Length - i
+
+generated under a Lark grammar (`hint_grammar`) whose expressions use only the program's own names, so every
+answer parses; `splice` puts each block between the loop's condition and its body. The spec guard still
+judges the spliced program. A refinement shows which hints the verifier rejected (its diagnostics mapped back
+to the hint lines) and asks for the hint set again, keeping the ones that held and replacing or strengthening
+the failing ones; the program itself is never regenerated.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from veriloop.agents.alphaverus.problem import VerifierProblem
+from veriloop.agents.alphaverus.prompts import fenced
+from veriloop.records import Constraint, Message, Node
+
+_WHILE = re.compile(r"\bwhile\b")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_']*")
+_KEYWORDS = {
+    "method",
+    "function",
+    "predicate",
+    "lemma",
+    "returns",
+    "requires",
+    "ensures",
+    "modifies",
+    "reads",
+    "var",
+    "while",
+    "if",
+    "else",
+    "then",
+    "return",
+    "invariant",
+    "decreases",
+    "assert",
+    "assume",
+    "forall",
+    "exists",
+    "new",
+    "int",
+    "nat",
+    "bool",
+    "real",
+    "char",
+    "string",
+    "seq",
+    "set",
+    "map",
+    "multiset",
+    "array",
+    "ghost",
+    "old",
+    "fresh",
+    "true",
+    "false",
+    "null",
+    "this",
+    "class",
+    "datatype",
+    "module",
+    "import",
+    "include",
+    "const",
+    "static",
+    "in",
+    "by",
+    "calc",
+    "match",
+    "case",
+    "break",
+    "print",
+    "Length",
+}
+QUANTIFIED = ("k", "j")
+"""Bound variable names the grammar offers for forall/exists (when the program does not use them)."""
+MAX_INVARIANTS = 3
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One marked point: the offset of the `{` that opens a loop body, and the loop's indentation."""
+
+    brace: int
+    indent: str
+
+
+def _blank_comments(program: str) -> str:
+    """The program with comments and string literals replaced by spaces (offsets kept)."""
+    return re.sub(r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\])*\"", lambda m: re.sub(r"[^\n]", " ", m.group()), program,
+                  flags=re.S)  # fmt: skip
+
+
+def hint_slots(program: str) -> list[Slot]:
+    """Every `while` loop's body brace, in source order."""
+    code = _blank_comments(program)
+    slots = []
+    for found in _WHILE.finditer(code):
+        depth = 0
+        for index in range(found.end(), len(code)):
+            char = code[index]
+            if char in "([":
+                depth += 1
+            elif char in ")]":
+                depth -= 1
+            elif char == "{" and depth <= 0:
+                line_start = code.rfind("\n", 0, found.start()) + 1
+                indent = re.match(r"[ \t]*", code[line_start:]).group()  # type: ignore[union-attr]
+                slots.append(Slot(brace=index, indent=indent))
+                break
+    return slots
+
+
+def program_names(program: str) -> list[str]:
+    """Identifiers the hints may mention: the program's variables, parameters and functions (not its methods)."""
+    code = _blank_comments(program)
+    methods = set(re.findall(r"\b(?:method|lemma|class|datatype|module)\s+(?:\{[^}]*\}\s*)?([A-Za-z_][\w']*)", code))
+    names = {name for name in _IDENT.findall(code) if name not in _KEYWORDS and name not in methods}
+    return sorted(names)
+
+
+def _literal(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def hint_grammar(program: str, slots: Sequence[Slot]) -> Constraint:
+    """A Lark grammar for one hint block per slot: 1-3 invariants and an optional decreases clause each."""
+    code = _blank_comments(program)
+    collections = set(re.findall(r"([A-Za-z_][\w']*)\s*:\s*(?:array|seq|string)\b", code))
+    collections |= set(re.findall(r"([A-Za-z_][\w']*)\s*:=\s*new\b", code))
+    names = [name for name in program_names(program) if name not in QUANTIFIED and name not in collections]
+    names += list(QUANTIFIED)
+    ident = " | ".join(_literal(name) for name in sorted(set(names), key=lambda n: (-len(n), n)))
+    arrays = sorted(collections & set(program_names(program)), key=lambda n: (-len(n), n))
+    loops = " ".join(f"loop{index}" for index in range(1, len(slots) + 1))
+    rules = [f"start: {loops}"]
+    optional = " ".join(["inv?"] * (MAX_INVARIANTS - 1))
+    for index in range(1, len(slots) + 1):
+        rules.append(f'loop{index}: "// loop {index}\\n" inv {optional} dec?')
+    rules += [
+        'inv: "invariant " expr "\\n"',
+        'dec: "decreases " sum "\\n"',
+        "expr: quant | implies",
+        'quant: "forall " qvar " :: " implies',
+        f"qvar: {' | '.join(_literal(name) for name in QUANTIFIED)}",
+        'implies: conj (" ==> " conj)?',
+        'conj: cmp ((" && " | " || ") cmp)*',
+        "cmp: sum (cmpop sum)? (cmpop sum)?",
+        'cmpop: " <= " | " < " | " == " | " != " | " >= " | " > "',
+        'sum: term ((" + " | " - ") term)*',
+        'term: atom ((" * " | " / " | " % ") atom)?',
+        'atom: name | NUMBER | "(" sum ")" | "!" name | "true" | "false"'
+        + (' | coll "[" sum "]" | "old(" coll "[" sum "])" | "|" coll "|" | coll ".Length"' if arrays else ""),
+        f"name: {ident}",
+        *([f"coll: {' | '.join(_literal(name) for name in arrays)}"] if arrays else []),
+        "NUMBER: /[0-9]{1,3}/",
+    ]
+    return Constraint(kind="lark", value="\n".join(rules) + "\n")
+
+
+_BLOCK = re.compile(r"^\s*//\s*loop\s+(\d+)\s*$", re.M)
+_HINT = re.compile(r"^\s*(invariant|decreases|assert)\b.*$", re.M)
+
+
+def parse_hints(reply: str, count: int) -> dict[int, list[str]]:
+    """Slot number (1-based) -> its hint lines; lines outside a block, or not hints, are ignored."""
+    hints: dict[int, list[str]] = {index: [] for index in range(1, count + 1)}
+    marks = list(_BLOCK.finditer(reply))
+    for position, mark in enumerate(marks):
+        slot = int(mark.group(1))
+        end = marks[position + 1].start() if position + 1 < len(marks) else len(reply)
+        if slot in hints:
+            hints[slot] += [line.group().strip() for line in _HINT.finditer(reply[mark.end() : end])]
+    return hints
+
+
+def splice(program: str, slots: Sequence[Slot], hints: dict[int, list[str]]) -> str:
+    """The program with each slot's hint lines between its loop condition and its body."""
+    out, last = [], 0
+    for index, slot in enumerate(slots, 1):
+        lines = hints.get(index, [])
+        head = program[last : slot.brace]
+        if lines:
+            head = head.rstrip() + "".join(f"\n{slot.indent}  {line}" for line in lines) + f"\n{slot.indent}"
+        out.append(head)
+        last = slot.brace
+    out.append(program[last:])
+    return "".join(out)
+
+
+def marked(program: str, slots: Sequence[Slot]) -> str:
+    """The program as the prompt shows it: `// loop N` where each block of hints goes."""
+    return splice(program, slots, {index: [f"// loop {index}"] for index in range(1, len(slots) + 1)})
+
+
+EXAMPLE_PROGRAM = """method SumTo(n: int) returns (s: int)
+  requires n >= 0
+  ensures s == n * (n + 1) / 2
+{
+  s := 0;
+  var i := 0;
+  while i < n
+    // loop 1
+  {
+    i := i + 1;
+    s := s + i;
+  }
+}"""
+EXAMPLE_HINTS = "// loop 1\ninvariant 0 <= i <= n\ninvariant s == i * (i + 1) / 2\ndecreases n - i\n"
+
+HINTS_TURN = (
+    "Here is a Dafny program. Write the loop invariants and decreases clauses that make Dafny verify it, one "
+    "block per marked loop, each block starting with its `// loop N` line. Do not repeat the program.\n{program}"
+)
+REFINE_TURN = (
+    "Dafny did not verify the program with these hints:\n```\n{hints}```\nThe verifier reported:\n```\n{errors}\n"
+    "```\n{blame}Write the hint blocks again: keep the invariants that held, replace or strengthen the failing "
+    "ones, and add what is missing."
+)
+
+
+class HintsProblem(VerifierProblem):
+    """A hints task searched over hint sets: replies are hint blocks, programs are the task's program spliced."""
+
+    def __init__(self, *args: object, program_text: str, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.base = program_text
+        self.slots = hint_slots(program_text)
+        self.constraint = hint_grammar(program_text, self.slots)
+        self.root = [
+            Message(role="system", content="You are an expert in Dafny and formal verification."),
+            Message(
+                role="user",
+                content=HINTS_TURN.format(program=fenced(marked(EXAMPLE_PROGRAM_BASE, [EXAMPLE_SLOT]), "dafny")),
+            ),
+            Message(role="assistant", content=EXAMPLE_HINTS),
+            Message(role="user", content=HINTS_TURN.format(program=fenced(marked(program_text, self.slots), "dafny"))),
+        ]
+
+    def program(self, reply: str) -> str:
+        return splice(self.base, self.slots, parse_hints(reply, len(self.slots)))
+
+    def refine_messages(self, path: Sequence[Node]) -> list[Message]:
+        node = path[-1]
+        reply = node.completion.text if node.completion is not None else ""
+        feedback = str(node.metadata.get("feedback", ""))
+        blame = self.blame(node)
+        return [
+            *self.root,
+            Message(role="assistant", content=reply),
+            Message(
+                role="user",
+                content=REFINE_TURN.format(
+                    hints=reply if reply.endswith("\n") else reply + "\n", errors=feedback, blame=blame
+                ),
+            ),
+        ]
+
+    def blame(self, node: Node) -> str:
+        """The hint lines the verifier's diagnostics point at, so the model knows which to replace."""
+        result = node.verify_result
+        lines = (node.code or "").splitlines()
+        failing = []
+        for diagnostic in result.diagnostics if result is not None else []:
+            if diagnostic.line is None or not 0 < diagnostic.line <= len(lines):
+                continue
+            text = lines[diagnostic.line - 1].strip()
+            if text.startswith(("invariant", "decreases", "assert")):
+                failing.append(f"- `{text}`: {diagnostic.message.strip()[:160]}")
+        return ("Failing hints:\n" + "\n".join(dict.fromkeys(failing)) + "\n") if failing else ""
+
+
+EXAMPLE_PROGRAM_BASE = EXAMPLE_PROGRAM.replace("    // loop 1\n", "")
+EXAMPLE_SLOT = hint_slots(EXAMPLE_PROGRAM_BASE)[0]
