@@ -1,7 +1,8 @@
 """A bounded load test of `POST /api/judge` on loopback: 2,000 candidates from 8 concurrent clients.
 
 The mix: half passing, 30% failing, hostile programs (memory, output floods, killing the runner, early exit,
-fork bombs) and timeouts. Every request must be answered, every candidate get exactly one verdict at its
+patched builtins, writes to the host, fork bombs; each with a wrong `add`, so passing would be a wrong verdict)
+and timeouts. Every request must be answered, every candidate get exactly one verdict at its
 index, no verdict be wrong (only the passing half passes; nothing is infra_error), and the server's
 resident memory end within 10% of where it stood after warming up. It stops by itself (about a minute
 on two cores); the server is a real `veriloop serve` process.
@@ -37,13 +38,13 @@ def candidate(client: int, number: int) -> tuple[dict[str, Any], str]:
     """The candidate and the status class it must get: passed, failed, timeout or hostile."""
     tag = f"# client {client} candidate {number}\n"
     kind = (client * PER_CLIENT + number) % 50
-    limits = {"wall_s": 0.5}
+    limits = {"wall_s": 0.5} if kind >= 47 else {}  # only fork bombs and loops wait out a (short) limit
     if kind < 25:
         code, expect = f"def add(a, b):\n    return a + b + {kind} - {kind}\n", "passed"
     elif kind < 40:
         code, expect = f"def add(a, b):\n    return a * b + {kind}\n", "failed"
     elif kind < 47:
-        code, expect = HOSTILE[kind - 40] + "def add(a, b):\n    return a + b\n", "hostile"
+        code, expect = HOSTILE[kind - 40] + "def add(a, b):\n    return a - b\n", "hostile"  # wrong if it runs
     elif kind == 47:
         code, expect = (
             "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
@@ -51,7 +52,7 @@ def candidate(client: int, number: int) -> tuple[dict[str, Any], str]:
         )
     else:
         code, expect = "while True:\n    pass\n", "timeout"
-    return {"code": tag + code, "tests": TESTS, "limits": limits}, expect
+    return {"code": tag + code, "tests": TESTS, **({"limits": limits} if limits else {})}, expect
 
 
 def rss_kb(pid: int) -> int:
