@@ -66,9 +66,16 @@ def rss_kb(pid: int) -> int:
 def test_two_thousand_candidates_from_eight_clients(tmp_path: Path) -> None:
     env = {"VERILOOP_SANDBOX__WARM_WORKERS": "2", "VERILOOP_JUDGE__SYNC_MAX": "25"}
     with served("--backend", "scripted", home=tmp_path, serve_args=["--workers", "0"], env=env) as server:
-        with JudgeClient(server.url, token="warm-up") as warm:
-            for _ in range(2):
-                warm.judge([candidate(0, n)[0] for n in range(40)])
+
+        def warm_up(client: int) -> None:  # the same concurrency as the test: threads, pools and arenas exist
+            with JudgeClient(server.url, token=f"warm-{client}") as warm:
+                warm.judge([candidate(client, n)[0] for n in range(BATCH)])
+
+        warmers = [threading.Thread(target=warm_up, args=(client,)) for client in range(CLIENTS)]
+        for thread in warmers:
+            thread.start()
+        for thread in warmers:
+            thread.join(timeout=300)
         start_kb = rss_kb(server.process.pid)
         answers: dict[tuple[int, int], dict[str, Any]] = {}
         failures: list[str] = []
