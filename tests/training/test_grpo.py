@@ -15,8 +15,9 @@ from veriloop.training.grpo import task_rows, train_grpo
 from veriloop.training.rewards import JudgeReward, LocalJudge, candidate_code, cut_at_stop
 
 DATA = Path("/work/shared/data")
-TASKS = ("HumanEval/157", "HumanEval/150")
-"""Boolean and two-way answers: even a tiny model's samples differ in how many asserts they pass."""
+TASKS = ("HumanEval/138", "HumanEval/157")
+"""One-line boolean answers: with `return ` given, a few tokens finish a sample, and samples differ in how many
+of the task's asserts they pass (pass-rate rewards vary within a group, so GRPO's advantages are not all 0)."""
 
 
 @pytest.fixture(scope="module")
@@ -67,10 +68,11 @@ def test_grpo_trains_the_embedded_model_with_judge_rewards(model_home: Path, tmp
     settings = load_settings(paths={"home": model_home, "data_dir": DATA}, llm={"torch_threads": 1})
     tasks = load_suite("humaneval-train", settings).select(ids=TASKS).tasks
     data = tmp_path / "tasks.jsonl"
-    data.write_text("".join(json.dumps(row) + "\n" for row in task_rows(tasks)))
+    rows = [{**row, "prompt": row["prompt"] + "    return "} for row in task_rows(tasks)]
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
     spec = TrainSpec(
         method="grpo", data=data, out=tmp_path / "out", steps=2, batch_size=1, seed=3,
-        options={"num_generations": 4, "max_completion_length": 24, "reward": "pass_rate", "temperature": 1.2},
+        options={"num_generations": 4, "max_completion_length": 16, "reward": "pass_rate", "temperature": 1.2},
     )  # fmt: skip
     local = LocalJudge(settings)
     try:
