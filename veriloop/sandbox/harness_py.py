@@ -31,6 +31,8 @@ from typing import Any
 
 SOLUTION = "solution.py"
 TESTS = "tests.py"
+STDIO = "_veriloop_stdio"
+"""The judge's name for running the solution as `__main__` on a stdin (stdin/stdout tasks); ref 0 in the candidate."""
 RESULTS_FD = 4
 MAX_MESSAGE = 64 << 20
 PR_SET_DUMPABLE = 4
@@ -283,7 +285,7 @@ def _serve(requests: int, answers: int) -> int:
         return 1
     namespace: dict[str, Any] = {"__name__": "__solution__", "__builtins__": builtins}
     exec(compiled, namespace)  # an exception here is the program's own runtime error (traceback on stderr)
-    refs: dict[int, Any] = {}
+    refs: dict[int, Any] = {0: _as_main(compiled)}
     names: dict[str, Any] = {}
     for name, value in list(namespace.items()):
         if name.startswith("__"):
@@ -310,6 +312,27 @@ def _serve(requests: int, answers: int) -> int:
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         _send(answers, answer)
+
+
+def _as_main(compiled: Any) -> Any:
+    """Runs the whole program again as `__main__` with a case's stdin, in the candidate's process, and returns
+    what it printed (lines right-stripped, trailing blank lines dropped): plain data the judge compares."""
+
+    def run(stdin: str) -> str:
+        import io
+
+        out = io.StringIO()
+        saved = sys.stdin, sys.stdout
+        sys.stdin, sys.stdout = io.StringIO(stdin), out
+        try:
+            exec(compiled, {"__name__": "__main__", "__builtins__": builtins})
+        except SystemExit:
+            pass
+        finally:
+            sys.stdin, sys.stdout = saved
+        return "\n".join(line.rstrip() for line in out.getvalue().rstrip().splitlines())
+
+    return run
 
 
 def _answer(request: dict[str, Any], refs: dict[int, Any]) -> dict[str, Any]:
@@ -652,6 +675,7 @@ def _run_asserts(tests: str, entry_point: str | None, namespace: dict[str, Any],
     lines = tests.splitlines()
     for node in setup:
         exec(compile(ast.Module([node], []), TESTS, "exec"), namespace)
+    namespace[STDIO] = Proxy(0, STDIO)  # after the setup: a test file cannot rebind it to run the program here
     if parameter is not None and entry is not None:
         if entry not in namespace or not isinstance(namespace[entry], Proxy | Remote):
             raise NameError(f"the solution does not define {entry!r}")
