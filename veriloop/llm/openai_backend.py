@@ -145,8 +145,10 @@ class OpenAIBackend:
             kwargs["extra_body"] = extra
         return kwargs
 
-    def _extra_body(self, kwargs: dict[str, Any] | None = None) -> dict[str, Any] | None:
-        body = dict(kwargs.pop("extra_body", {}) if kwargs is not None else {})
+    def _extra_body(self, base: dict[str, Any]) -> dict[str, Any] | None:
+        """The constraint's fields plus, while the server accepts it, the token-ids request (read at call time:
+        a server that refuses the field once is asked again without it)."""
+        body = dict(base)
         if self._request_token_ids:
             body[TOKEN_IDS_FIELD] = True
         return body or None
@@ -155,11 +157,13 @@ class OpenAIBackend:
         assert not isinstance(prompt, str)
         messages: list[Any] = [{"role": message.role, "content": message.content} for message in prompt]
         kwargs = self._common(params, n, seed)
-        extra = self._extra_body(kwargs)
+        extra: dict[str, Any] = kwargs.pop("extra_body", {})
         if params.logprobs:
             kwargs["logprobs"] = True
         response = await self._call(
-            lambda: self._client.chat.completions.create(messages=messages, extra_body=extra, **kwargs)
+            lambda: self._client.chat.completions.create(
+                messages=messages, extra_body=self._extra_body(extra), **kwargs
+            )
         )
         usage = response.usage
         out = []
@@ -178,13 +182,15 @@ class OpenAIBackend:
 
     async def _text(self, prompt: str, params: SamplingParams, n: int, seed: int | None) -> list[Completion]:
         kwargs = self._common(params, n, seed)
-        extra = self._extra_body(kwargs)
+        extra: dict[str, Any] = kwargs.pop("extra_body", {})
         if "response_format" in kwargs:  # the completions endpoint has no response_format: vLLM's field instead
             fields = kwargs.pop("response_format")
-            extra = {**(extra or {}), "structured_outputs": {"json": fields["json_schema"]["schema"]}}
+            extra = {**extra, "structured_outputs": {"json": fields["json_schema"]["schema"]}}
         if params.logprobs:
             kwargs["logprobs"] = 0
-        response = await self._call(lambda: self._client.completions.create(prompt=prompt, extra_body=extra, **kwargs))
+        response = await self._call(
+            lambda: self._client.completions.create(prompt=prompt, extra_body=self._extra_body(extra), **kwargs)
+        )
         usage = response.usage
         out = []
         for choice in sorted(response.choices, key=lambda c: c.index):
