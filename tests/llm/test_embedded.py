@@ -159,3 +159,13 @@ def test_models_lists_backends_and_the_default(tmp_path: Path, capsys: pytest.Ca
     assert main(["--home", str(tmp_path), "--model", str(folder), "models"]) == 0
     text = capsys.readouterr().out
     assert "not converted yet" in text and f"{folder} (missing)" in text
+
+
+def test_generate_constraint_flags_fail_clearly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    home = ["--home", str(tmp_path), "--backend", "scripted", "generate", "hi"]
+    assert main([*home, "--regex", "a+", "--grammar", str(tmp_path / "g.lark")]) == 2
+    assert "give one constraint, not --regex and --grammar" in capsys.readouterr().err
+    assert main([*home, "--json-schema", str(tmp_path / "missing.json")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    assert main([*home, "--regex", "(unclosed"]) == 2
+    assert "invalid regex constraint" in capsys.readouterr().err

@@ -131,6 +131,34 @@ def test_cli_generate_json_uses_the_embedded_model(
     assert default["cached"] is True
 
 
+def test_cli_generate_constrained_by_regex_schema_and_grammar(
+    model_home: Path, converted: tuple[Path, float], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`veriloop generate --regex | --json-schema | --grammar` on the embedded model: every sample has the shape."""
+    import re
+
+    import jsonschema
+
+    base = ["--home", str(model_home), "generate", "Give a US phone number.", "--max-tokens", "40", "--json"]
+    assert main([*base, "--n", "2", "--temperature", "0.8", "--seed", "1", "--regex", r"\(\d{3}\) \d{3}-\d{4}"]) == 0
+    texts = [c["text"] for c in json.loads(capsys.readouterr().out)["completions"]]
+    assert len(texts) == 2 and all(re.fullmatch(r"\(\d{3}\) \d{3}-\d{4}", text) for text in texts), texts
+    schema = {
+        "type": "object",
+        "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 99}},
+        "required": ["n"],
+        "additionalProperties": False,
+    }
+    (tmp_path / "schema.json").write_text(json.dumps(schema))
+    assert main([*base, "--max-tokens", "30", "--json-schema", str(tmp_path / "schema.json")]) == 0
+    [completion] = json.loads(capsys.readouterr().out)["completions"]
+    jsonschema.validate(json.loads(completion["text"]), schema)
+    (tmp_path / "yes.lark").write_text('start: "yes" | "no"\n')
+    assert main([*base, "--grammar", str(tmp_path / "yes.lark")]) == 0
+    [completion] = json.loads(capsys.readouterr().out)["completions"]
+    assert completion["text"] in ("yes", "no")
+
+
 def test_bench_llm_reports_the_ratios(model_settings: Settings, converted: tuple[Path, float]) -> None:
     from veriloop.bench import llm
 

@@ -13,7 +13,7 @@ from veriloop.cli.app import JsonFlag, app, emit, state
 from veriloop.config import Settings
 from veriloop.errors import ConfigError
 from veriloop.llm.base import BACKENDS, get_backend
-from veriloop.records import Completion, Message, Prompt, SamplingParams
+from veriloop.records import Completion, Constraint, Message, Prompt, SamplingParams
 
 
 def _params(**values: Any) -> SamplingParams:
@@ -23,6 +23,35 @@ def _params(**values: Any) -> SamplingParams:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         raise ConfigError(f"invalid --{where.replace('_', '-')}: {first['msg']}") from None
+
+
+def _constraint(regex: str | None, json_schema: Path | None, grammar: Path | None) -> Constraint | None:
+    """The one structure constraint the flags name (a grammar file is GBNF when it ends in .gbnf, else Lark)."""
+    given = [
+        flag for flag, value in (("--regex", regex), ("--json-schema", json_schema), ("--grammar", grammar)) if value
+    ]
+    if len(given) > 1:
+        raise ConfigError(f"give one constraint, not {' and '.join(given)}")
+    if regex is not None:
+        constraint = Constraint(kind="regex", value=regex)
+    elif json_schema is not None or grammar is not None:
+        path = json_schema if json_schema is not None else grammar
+        assert path is not None
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+        kind = "json_schema" if json_schema is not None else "gbnf" if path.suffix == ".gbnf" else "lark"
+        try:
+            constraint = Constraint(kind=kind, value=text)
+        except ValidationError:
+            raise ConfigError(f"{path} is empty") from None
+    else:
+        return None
+    from veriloop.llm.constraints import validate
+
+    validate(constraint)
+    return constraint
 
 
 async def _generate(settings: Settings, prompt: Prompt, params: SamplingParams) -> tuple[str, list[Completion]]:
@@ -47,11 +76,28 @@ def generate(
     logprobs: Annotated[bool, typer.Option("--logprobs", help="Return each token's log-probability.")] = False,
     system: Annotated[str | None, typer.Option("--system", help="System message before the prompt.")] = None,
     raw: Annotated[bool, typer.Option("--raw", help="Send PROMPT as plain text, without the chat template.")] = False,
+    regex: Annotated[
+        str | None, typer.Option("--regex", help="Every sample must match this regular expression.")
+    ] = None,
+    json_schema: Annotated[
+        Path | None, typer.Option("--json-schema", help="Every sample must be JSON valid under this schema file.")
+    ] = None,
+    grammar: Annotated[
+        Path | None,
+        typer.Option("--grammar", help="Every sample must parse under this grammar (Lark, or GBNF *.gbnf)."),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Generate completions with the configured backend (chat template unless --raw)."""
+    """Generate completions with the configured backend (chat template unless --raw), optionally constrained."""
     params = _params(
-        n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, stop=stop or [], seed=seed, logprobs=logprobs
+        n=n,
+        temperature=temperature,
+        top_p=top_p,
+        max_tokens=max_tokens,
+        stop=stop or [],
+        seed=seed,
+        logprobs=logprobs,
+        constraint=_constraint(regex, json_schema, grammar),
     )
     if raw and system is not None:
         raise ConfigError("--system needs the chat template; drop --raw or put the system text into PROMPT")

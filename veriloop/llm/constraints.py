@@ -47,6 +47,10 @@ def grammar_text(constraint: Constraint) -> str:
             schema = json.loads(value)
             if not isinstance(schema, dict | bool):
                 raise ConfigError("invalid json_schema constraint: a JSON Schema is an object (or true/false)")
+            if isinstance(schema, dict) and "x-guidance" not in schema:
+                # compact separators: with llguidance's default (any whitespace inside the object) small models
+                # fill their token budget with newlines; a schema's own "x-guidance" settings are kept
+                schema = {**schema, "x-guidance": {"whitespace_flexible": False}}
             return str(llguidance.LLMatcher.grammar_from_json_schema(value if isinstance(schema, bool) else schema))
         if kind == "lark":
             return str(llguidance.LLMatcher.grammar_from_lark(value))
