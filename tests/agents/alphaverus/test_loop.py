@@ -75,7 +75,9 @@ async def test_two_rounds_explore_tree_filter_and_grow_the_pools(tmp_path: Path)
     backend = ScriptedBackend([scripted])
     sandbox = get_sandbox(settings)
     ctx = AgentContext(settings, backend, sandbox, store, run)
-    options = AlphaVerusOptions(iterations=2, explore_samples=2, width=2, depth=2, exploit_samples=1, judge_votes=2)
+    options = AlphaVerusOptions(
+        infill="whole", iterations=2, explore_samples=2, width=2, depth=2, exploit_samples=1, judge_votes=2
+    )
     tasks = [hints_task("max", MAX_WEAK), hints_task("sum", SUM_NO_HINTS)]
     try:
         attempts = {a.task_id: a for a in await AlphaVerusAgent(options).run_suite(tasks, ctx)}
@@ -128,7 +130,7 @@ async def test_inference_mode_runs_treefinement_from_the_prompt(tmp_path: Path) 
     sandbox = get_sandbox(settings)
     ctx = AgentContext(settings, ScriptedBackend([reply]), sandbox, store, run)
     try:
-        attempt = await AlphaVerusAgent(AlphaVerusOptions(width=2, depth=2)).solve(task, ctx)
+        attempt = await AlphaVerusAgent(AlphaVerusOptions(infill="whole", width=2, depth=2)).solve(task, ctx)
     finally:
         await sandbox.aclose()
     assert attempt.status == "passed" and attempt.budget["calls_to_success"] == 3
@@ -180,7 +182,7 @@ async def test_a_dafny_to_nagini_round_with_the_real_nagini(tmp_path: Path) -> N
     ctx = AgentContext(settings, ScriptedBackend([reply]), sandbox, store, run)
     task = Task(id="abs", suite="unit-nagini", prompt=DAFNY_ABS, language="python",
                 metadata={"mode": "translate", "verifier": "nagini", "source": DAFNY_ABS})  # fmt: skip
-    options = AlphaVerusOptions(explore_samples=1, exploit_samples=1, judge_votes=1)
+    options = AlphaVerusOptions(infill="whole", explore_samples=1, exploit_samples=1, judge_votes=1)
     try:
         [attempt] = await AlphaVerusAgent(options).run_suite([task], ctx)
     finally:
@@ -211,7 +213,7 @@ async def test_an_interrupted_loop_resumes_from_its_checkpoint(tmp_path: Path) -
     store = TrajectoryStore.from_settings(settings)
     run = store.create_run(Run(agent="alphaverus", suite="unit-hints", model="scripted"))
     sandbox = get_sandbox(settings)
-    options = AlphaVerusOptions(explore_samples=1, width=1, depth=1, exploit_samples=1, judge_votes=1)
+    options = AlphaVerusOptions(infill="whole", explore_samples=1, width=1, depth=1, exploit_samples=1, judge_votes=1)
     tasks = [hints_task("sum", SUM_NO_HINTS)]
     try:
         with pytest.raises(BackendError):
@@ -244,7 +246,7 @@ async def test_inference_shows_only_error_exemplars_whose_fix_left_the_spec_alon
     sandbox = get_sandbox(settings)
     ctx = AgentContext(settings, ScriptedBackend([lambda prompt: fence(SUM_FIXED)]), sandbox, store, run)
     try:
-        options = AlphaVerusOptions(width=1, depth=1, mode="inference")
+        options = AlphaVerusOptions(infill="whole", width=1, depth=1, mode="inference")
         attempt = await AlphaVerusAgent(options).solve(hints_task("sum", SUM_NO_HINTS), ctx)
     finally:
         await sandbox.aclose()
