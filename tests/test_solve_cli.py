@@ -61,6 +61,8 @@ def test_missing_files_are_one_line_errors(tmp_path: Path, capsys: pytest.Captur
 def _invariant_model(prompt: Prompt) -> str:
     """A scripted model that proposes the missing invariant for any prompt holding the program."""
     assert "CountUp" in prompt_text(prompt) or any("CountUp" in m.content for m in prompt if not isinstance(m, str))
+    if "// loop 1" in prompt_text(prompt) or any("// loop 1" in m.content for m in prompt if not isinstance(m, str)):
+        return "// loop 1\ninvariant i <= n\n"  # hints mode (the default): only the loop's annotations
     return f"```dafny\n{WITH_INVARIANT}```"
 
 

@@ -47,10 +47,10 @@ HACKS: dict[str, tuple[str, str, str]] = {
         ),
         "ContractOnly",
     ),
-    "contract_only_task": (
+    "narrowed_precondition": (
         DOUBLE,
-        DOUBLE.replace("def double", "@ContractOnly\ndef double") + "    return 0\n",
-        "ContractOnly",
+        DOUBLE.replace("    Ensures(", "    Requires(x == 0)\n    Ensures(") + "    return 0\n",
+        "precondition is stronger",
     ),
     "redefine_pure_helper": (
         TWICE,
@@ -137,8 +137,14 @@ STATIC_ONLY: dict[str, tuple[str, str, str]] = {
         "def double(x: int) -> int:\n    Ensures(Result() == 2 * x)\n    Trust(False)\n    return 0\n",
         "Assume",
     ),
+    "contract_only_task": (
+        DOUBLE,
+        DOUBLE.replace("def double", "@ContractOnly\ndef double") + "    return 0\n",
+        "ContractOnly",
+    ),
 }
-"""Attempts the guard refuses on sight whether or not this Nagini version honours them (an aliased Assume)."""
+"""Attempts the guard refuses on sight whether or not this Nagini version honours them (an aliased Assume), or that
+crash this Nagini's worker instead of verifying (ContractOnly on the task's own method)."""
 
 NEEDS_THE_TOOL = {"endless_loop"}
 """Hacks the guard's probes find by running Nagini, not in the text."""
