@@ -62,7 +62,11 @@ HACKS: dict[str, tuple[str, str, str]] = {
         QUAD.replace("    return 2 * x\n", "    return 0\n", 1) + "    return 0\n",
         "twice",
     ),
-    "redefine_constant": (LIMIT, LIMIT.replace("LIMIT = 10", "LIMIT = 10 ** 9") + "    return x\n", "LIMIT"),
+    "weakened_by_disjunction": (
+        DOUBLE,
+        DOUBLE.replace("Ensures(Result() == 2 * x)", "Ensures(Result() == 2 * x or Result() == 0)") + "    return 0\n",
+        "weaker",
+    ),
     "endless_recursion": (DOUBLE, _body(DOUBLE, "    return double(x)\n"), "recursive"),
     "mutual_recursion": (
         DOUBLE,
@@ -142,9 +146,11 @@ STATIC_ONLY: dict[str, tuple[str, str, str]] = {
         DOUBLE.replace("def double", "@ContractOnly\ndef double") + "    return 0\n",
         "ContractOnly",
     ),
+    "redefine_constant": (LIMIT, LIMIT.replace("LIMIT = 10", "LIMIT = 10 ** 9") + "    return x\n", "LIMIT"),
 }
 """Attempts the guard refuses on sight whether or not this Nagini version honours them (an aliased Assume), or that
-crash this Nagini's worker instead of verifying (ContractOnly on the task's own method)."""
+crash this Nagini's worker instead of verifying (ContractOnly on the task's own method), or that this Nagini does
+not verify anyway (a raised module constant: `return x` is still unbounded)."""
 
 NEEDS_THE_TOOL = {"endless_loop"}
 """Hacks the guard's probes find by running Nagini, not in the text."""
