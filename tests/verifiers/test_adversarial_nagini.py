@@ -149,8 +149,8 @@ STATIC_ONLY: dict[str, tuple[str, str, str]] = {
     "redefine_constant": (LIMIT, LIMIT.replace("LIMIT = 10", "LIMIT = 10 ** 9") + "    return x\n", "LIMIT"),
 }
 """Attempts the guard refuses on sight whether or not this Nagini version honours them (an aliased Assume), or that
-crash this Nagini's worker instead of verifying (ContractOnly on the task's own method), or that this Nagini does
-not verify anyway (a raised module constant: `return x` is still unbounded)."""
+crash this Nagini's worker instead of verifying (ContractOnly on the task's own method, a raised module constant;
+the latter could not verify anyway: `return x` stays unbounded)."""
 
 NEEDS_THE_TOOL = {"endless_loop"}
 """Hacks the guard's probes find by running Nagini, not in the text."""
