@@ -177,6 +177,9 @@ async def test_stdio_cases_run_in_the_real_sandbox(tmp_path: Path, settings: Set
         "wrong": 'if __name__ == "__main__":\n    print(int(input()) + 2)\n',
         "exits": 'import sys\nif __name__ == "__main__":\n    sys.stdout.write(str(2 * int(input())) + "\\n")\n'
         "    sys.exit(0)\n",
+        # hostile: its own `_veriloop_stdio` answers every case correctly; the judge binds its own after setup
+        "shadows_helper": "def _veriloop_stdio(stdin):\n    return str(2 * int(stdin))\n\n"
+        'if __name__ == "__main__":\n    print(0)\n',
     }
     try:
         results = {name: await sandbox.run(python_tests_job(sandbox.toolchain, code, task.tests, limits=limits))
@@ -188,6 +191,8 @@ async def test_stdio_cases_run_in_the_real_sandbox(tmp_path: Path, settings: Set
     assert results["wrong"].status is ExecStatus.FAILED
     assert [test.passed for test in results["wrong"].tests] == [True, False]
     assert results["exits"].status is ExecStatus.PASSED
+    assert results["shadows_helper"].status is ExecStatus.FAILED
+    assert [test.passed for test in results["shadows_helper"].tests] == [False, False]
 
 
 def _run_cli(home: Path, suite: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Any:
