@@ -19,6 +19,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from veriloop.records import Node, Run
 from veriloop.store import TrajectoryStore, upgrade_database
 from veriloop.store import engine as engine_module
+from veriloop.store import migrate as migrate_module
 
 WORKERS = 4
 NODES = 1000
@@ -127,6 +128,27 @@ def test_sqlite_write_outlasts_a_lock_held_past_the_busy_timeout(
             blocker.close()
         assert store.count_nodes(run.id) == 1
     assert retries, "the write should have met the lock and retried"
+
+
+def test_opening_a_new_sqlite_file_outlasts_a_lock_held_past_the_busy_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opening and migrating a brand-new file retries "database is locked" too (the CI-seen race on creation)."""
+    path = tmp_path / "new.db"
+    retries: list[int] = []
+    original = migrate_module.retry_delay
+    monkeypatch.setattr(migrate_module, "retry_delay", lambda attempt: retries.append(attempt) or original(attempt))
+    blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    blocker.execute("BEGIN EXCLUSIVE")  # another process is creating the file and holds it whole
+    release = threading.Timer(0.4, blocker.rollback)
+    release.start()
+    try:
+        with TrajectoryStore(f"sqlite:///{path}", busy_timeout_ms=20) as store:
+            assert store.count_nodes() == 0
+    finally:
+        release.join()
+        blocker.close()
+    assert retries, "opening should have met the lock and retried"
 
 
 def test_lock_and_serialization_conflicts_are_retryable() -> None:

@@ -7,7 +7,9 @@ that is not at the code's head revision is refused with `DatabaseNotMigratedErro
 database, empty or not (a shared server is migrated by its operator, e.g. the Compose service).
 
 Upgrades take a lock first (`BEGIN IMMEDIATE` on SQLite, an advisory lock on PostgreSQL), so
-several processes starting at once migrate the database exactly once.
+several processes starting at once migrate the database exactly once. Opening and migrating are
+retried whole when SQLite answers "database is locked" without waiting (it does so, for one, while
+another process switches a brand-new file to WAL mode).
 
 New revision (developers): `alembic -c veriloop/store/migrations/alembic.ini revision --autogenerate -m MSG`
 against a database at head (`-x url=sqlite:///tmp/x.db`, default: the settings' database).
@@ -15,9 +17,12 @@ against a database at head (`-x url=sqlite:///tmp/x.db`, default: the settings' 
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TypeVar
 
 from alembic import command
 from alembic.config import Config
@@ -29,7 +34,19 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
 from veriloop.errors import DatabaseNotMigratedError, StoreError
-from veriloop.store.engine import ENGINES, WRITE_OPTION, display_url, parse_url, short_error, sqlite_file
+from veriloop.store.engine import (
+    ENGINES,
+    MAX_RETRIES,
+    WRITE_OPTION,
+    display_url,
+    is_retryable,
+    parse_url,
+    retry_delay,
+    short_error,
+    sqlite_file,
+)
+
+T = TypeVar("T")
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 ADVISORY_LOCK_KEY = 0x76657269  # "veri": serialises concurrent upgrades on one PostgreSQL database
@@ -79,10 +96,27 @@ class RevisionState:
         return self.current == self.head
 
 
+def _retrying_locks(work: Callable[[], T]) -> T:
+    """Run `work` again, after a jittered pause, while the database reports a lock conflict."""
+    attempt = 0
+    while True:
+        try:
+            return work()
+        except DBAPIError as exc:
+            if attempt >= MAX_RETRIES or not is_retryable(exc):
+                raise
+            time.sleep(retry_delay(attempt))
+            attempt += 1
+
+
+def _read_current(engine: Engine) -> str | None:
+    with engine.connect() as connection:
+        return current_revision(connection)
+
+
 def revision_state(engine: Engine, url: URL) -> RevisionState:
     try:
-        with engine.connect() as connection:
-            current = current_revision(connection)
+        current = _retrying_locks(lambda: _read_current(engine))
     except DBAPIError as exc:
         raise StoreError(f"cannot open database at {display_url(url)}: {short_error(exc)}") from None
     return RevisionState(url=display_url(url), current=current, head=head_revision())
@@ -94,7 +128,8 @@ def _is_blank(connection: Connection) -> bool:
 
 def upgrade(engine: Engine, url: URL, revision: str = "head") -> tuple[str | None, str]:
     """Migrate to `revision` under a lock; returns (revision before, revision after)."""
-    try:
+
+    def migrate() -> tuple[str | None, str | None]:
         with engine.execution_options(**{WRITE_OPTION: True}).connect() as connection, connection.begin():
             if connection.dialect.name == "postgresql":
                 connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK_KEY})
@@ -104,7 +139,10 @@ def upgrade(engine: Engine, url: URL, revision: str = "head") -> tuple[str | Non
             config = alembic_config()
             config.attributes["connection"] = connection
             command.upgrade(config, revision)
-            after = current_revision(connection)
+            return before, current_revision(connection)
+
+    try:
+        before, after = _retrying_locks(migrate)
     except DBAPIError as exc:
         raise StoreError(f"cannot migrate database at {display_url(url)}: {short_error(exc)}") from None
     return before, after or "base"
@@ -120,10 +158,14 @@ def _newer_than_code(url: URL, revision: str) -> StoreError:
 def ensure_migrated(engine: Engine, url: URL, *, create_new_sqlite: bool = True) -> None:
     """Refuse a database that is not at head; create a brand-new SQLite one when the policy allows."""
     head = head_revision()
-    try:
+
+    def inspect_database() -> tuple[str | None, bool]:
         with engine.connect() as connection:
             current = current_revision(connection)
-            blank = current is None and _is_blank(connection)
+            return current, current is None and _is_blank(connection)
+
+    try:
+        current, blank = _retrying_locks(inspect_database)
     except DBAPIError as exc:
         raise StoreError(f"cannot open database at {display_url(url)}: {short_error(exc)}") from None
     if current == head:
