@@ -169,6 +169,17 @@ def test_store_true_records_a_run_that_exports_can_filter_by_security(client: Te
     assert sorted(len(r["security"]) > 0 for r in marked) == [False, True]
     assert len(dropped) == 1 and "security" not in dropped[0]
 
+    for mode, rows in (("drop", 1), ("mark", 2)):  # the same filter through the API
+        info = client.post("/api/exports", json={"kind": "sft", "run_ids": [run.id], "security": mode}).json()
+        for _ in range(200):
+            if info["status"] != "running":
+                break
+            time.sleep(0.05)
+            info = client.get(f"/api/exports/{info['id']}").json()
+        assert (info["status"], info["rows"]) == ("finished", rows), info
+    refused = client.post("/api/exports", json={"kind": "sft", "run_ids": [run.id], "security": "hide"})
+    assert refused.status_code == 400 and "security" in refused.text
+
 
 def test_a_client_that_disconnects_cancels_its_remaining_work(tmp_path: Path) -> None:
     settings = judge_settings(tmp_path, concurrency=1)

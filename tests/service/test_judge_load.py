@@ -117,6 +117,5 @@ def test_two_thousand_candidates_from_eight_clients(tmp_path: Path) -> None:
         if not ok:
             wrong.append((client, number, expect, status, verdict.get("error")))
     assert not wrong, wrong[:10]
-    if abs(end_kb - start_kb) > 0.1 * start_kb:
-        # Known gap (reported, not hidden): measured 99.8 -> 112.6 MB RSS after warming up at the same concurrency.
-        pytest.xfail(f"server memory {start_kb} kB -> {end_kb} kB: not back within 10% of its start")
+    print(f"server RSS after warm-up {start_kb} kB, after the load {end_kb} kB")
+    assert abs(end_kb - start_kb) <= 0.1 * start_kb, f"server memory {start_kb} kB -> {end_kb} kB: not within 10%"

@@ -110,6 +110,9 @@ class ExportCreate(Strict):
     run_ids: list[str] = Field(min_length=1, description="Runs to read (ids or unique prefixes).")
     verify_status: list[str] = Field(default_factory=list, description="Keep nodes with these verifier statuses.")
     pairing: list[Pairing] = Field(default_factory=lambda: list(DEFAULT_PAIRING))
+    security: Literal["keep", "mark", "drop"] = Field(
+        "keep", description="Candidates with security findings (judge runs): keep them, mark them or drop them."
+    )
 
 
 class ExportInfo(Strict):
@@ -351,7 +354,8 @@ def _read_info(folder: Path, export_id: str) -> ExportInfo:
 
 def _run_export(store: TrajectoryStore, folder: Path, info: ExportInfo, body: ExportCreate) -> None:
     suffix = {"jsonl": ".jsonl", "parquet": ".parquet", "hf": ""}[body.format]
-    options = ExportOptions(pairing=tuple(body.pairing), filters=ExportFilter(verify_status=tuple(body.verify_status)))
+    filters = ExportFilter(verify_status=tuple(body.verify_status), security=body.security)
+    options = ExportOptions(pairing=tuple(body.pairing), filters=filters)
     try:
         result = export(store, body.kind, info.run_ids, folder / f"{body.kind}{suffix}", body.format, options)
         if body.format == "hf":
