@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import http.server
+import io
+import json
+import tarfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from veriloop.config import Settings, load_settings
 from veriloop.errors import ConfigError
 from veriloop.records import ExecStatus
 from veriloop.sandbox.languages import available, harness_job
-from veriloop.tasks import load_suite
+from veriloop.tasks import load_suite, transcoder
+from veriloop.tasks.archive import fetch_folder
 from veriloop.tasks.transcoder import Translation, _repair, fill_slot, gold_function, has_direction, translation
 
 
@@ -29,11 +37,117 @@ def _item(language: str, code: str, name: str, tests: str = "", source_name: str
     return Translation("t", "cpp", language, "", source_name, code, name, tests)
 
 
-def test_suites_need_the_data_folder(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="data_dir"):
-        load_suite("transcoder", load_settings(paths={"data_dir": None}))
-    with pytest.raises(ConfigError, match="transcoder_test_set"):
-        load_suite("transcoder-gfg", load_settings(paths={"data_dir": tmp_path}))
+_PY_SCRIPT = """def f_gold(x):
+    return x + 1
+#TOFILL
+if __name__ == '__main__':
+    print("#Results: %i, %i" % (1, 1))
+"""
+_CPP_SCRIPT = "int f_gold(int x) {\n    return x + 1;\n}\n//TOFILL\nint main() { return 0; }\n"
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        self.server.seen.append(self.path)  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, list[str]]]:
+    """A local HTTP server (no internet in CI) serving tmp_path/www; (base URL, paths requested)."""
+    www = tmp_path / "www"
+    www.mkdir()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(www)))
+    server.seen = []  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", server.seen  # type: ignore[attr-defined]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _archive(path: Path, top: str, files: dict[str, str], hostile: bool = False) -> None:
+    """A GitHub-style `archive/<commit>.tar.gz`: every file under one top folder."""
+    with tarfile.open(path, "w:gz") as archive:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{top}/{name}")
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+        if hostile:  # a link and a path escaping the target are never written
+            link = tarfile.TarInfo(f"{top}/data/transcoder_evaluation_gfg/python/LINK.py")
+            link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+            archive.addfile(link)
+            escape = tarfile.TarInfo(f"{top}/data/transcoder_evaluation_gfg/python/../../../../ESCAPE.py")
+            escape.size = 1
+            archive.addfile(escape, io.BytesIO(b"x"))
+
+
+def test_suites_without_the_data_folder_download_their_archive_once(
+    tmp_path: Path, served: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base, seen = served
+    gfg = "data/transcoder_evaluation_gfg"
+    _archive(tmp_path / "www" / "codegen.tar.gz", "CodeGen-e3e8855", {
+        f"{gfg}/python/ADD_ONE.py": _PY_SCRIPT, f"{gfg}/cpp/ADD_ONE.cpp": _CPP_SCRIPT,
+        f"{gfg}/rust/src/RAW.rs": "#![register_tool(c2rust)]", f"{gfg}/LICENSE": "CC BY-SA 2.0",
+        "codegen_sources/model.py": "unrelated",
+    }, hostile=True)  # fmt: skip
+    samples = json.dumps({"id": "ADD_ONE", "cpp": "int addOne(int x) { return x + 1; }", "python": "def addOne(x):"})
+    _archive(tmp_path / "www" / "unitrans.tar.gz", "FSE-24-UniTrans-e0bbac5", {
+        "cleaned_data/testable_samples.jsonl": samples + "\n",
+        "cleaned_data/transcoder_evaluation_gfg/python/ADD_ONE.py": _PY_SCRIPT,
+        "cleaned_data/templates/prompt.py": "unrelated",
+    })  # fmt: skip
+    monkeypatch.setattr(transcoder, "GFG_ARCHIVE_URL", f"{base}/codegen.tar.gz")
+    monkeypatch.setattr(transcoder, "UNITRANS_ARCHIVE_URL", f"{base}/unitrans.tar.gz")
+    settings = load_settings(paths={"home": tmp_path / "home", "data_dir": None})
+
+    gfg_suite = load_suite("transcoder-gfg", settings)
+    (task,) = gfg_suite.tasks
+    assert task.id == "transcoder-gfg/ADD_ONE" and set(task.metadata["tests"]) == {"cpp", "python"}
+    assert task.metadata["functions"]["python"].startswith("def f_gold(x)")
+    root = Path(gfg_suite.source)
+    assert root.is_relative_to(settings.paths.cache_dir)
+    files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and p.name != ".complete")
+    assert files == ["cpp/ADD_ONE.cpp", "python/ADD_ONE.py", "rust/src/RAW.rs"]  # no link, no escape, no code
+    assert not (tmp_path / "ESCAPE.py").exists() and not any(p.is_symlink() for p in root.rglob("*"))
+
+    (unitrans_task,) = load_suite("transcoder", settings).tasks
+    assert unitrans_task.metadata["names"]["cpp"] == "addOne" and "#TOFILL" in unitrans_task.tests
+    load_suite("transcoder", settings)
+    load_suite("transcoder-gfg", settings)
+    assert seen == ["/codegen.tar.gz", "/unitrans.tar.gz"]  # cached after the first load
+
+    # the data folder still wins when it has the suite
+    folder = tmp_path / "data" / "transcoder_test_set" / "transcoder_evaluation_gfg" / "python"
+    folder.mkdir(parents=True)
+    (folder / "LOCAL.py").write_text(_PY_SCRIPT)
+    with_folder = load_settings(paths={"home": tmp_path / "home", "data_dir": tmp_path / "data"})
+    local = load_suite("transcoder-gfg", with_folder)
+    assert [t.id for t in local.tasks] == ["transcoder-gfg/LOCAL"] and len(seen) == 2
+
+
+def test_offline_or_a_bad_archive_says_what_to_do(tmp_path: Path, served: tuple[str, list[str]]) -> None:
+    settings = load_settings(paths={"home": tmp_path / "home", "data_dir": tmp_path})  # a folder without the suites
+
+    def offline(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("no network", request=request)
+
+    with pytest.raises(ConfigError, match=r"could not be fetched \(no network\); set paths\.data_dir .*--suite FILE"):
+        transcoder.gfg_scripts(settings, httpx.MockTransport(offline))
+    with pytest.raises(ConfigError, match=r"UniTrans.*could not be fetched"):
+        transcoder.unitrans_folder(settings, httpx.MockTransport(offline))
+    not_tar = httpx.MockTransport(lambda request: httpx.Response(200, content=b"<html>not an archive</html>"))
+    with pytest.raises(ConfigError, match=r"not a readable tar\.gz"):
+        transcoder.gfg_scripts(settings, not_tar)
+    base, _ = served
+    _archive(tmp_path / "www" / "other.tar.gz", "Other-1", {"README.md": "nothing here"})
+    with pytest.raises(ConfigError, match="no files under data/transcoder_evaluation_gfg/"):
+        fetch_folder(f"{base}/other.tar.gz", "data/transcoder_evaluation_gfg/", ("python/",), tmp_path / "t",
+                     what="x", instead="y")  # fmt: skip
+    assert not (tmp_path / "t").exists() and not list((tmp_path / "home").rglob("*.tar.gz"))
 
 
 def test_unitrans_suite_holds_every_language_of_a_function(settings: Settings) -> None:

@@ -68,10 +68,12 @@ ORIGINS = {
     "alphaverus-dafny2nagini": "DafnyBench ground truths (bundled subset; AlphaVerus's dafny_bench.json in "
     "paths.data_dir/alphaverus when set)",
     "alphaverus-dafny2verus": "as alphaverus-dafny2nagini",
-    "transcoder": "UniTrans's cleaned TransCoder set (github.com/yz1019117968/FSE-24-UniTrans): needs "
-    "paths.data_dir/transcoder_unitrans_cleaned; or run a TransCoder file with --suite FILE",
-    "transcoder-gfg": "TransCoder's GfG scripts (github.com/facebookresearch/CodeGen, data/transcoder_evaluation_gfg, "
-    "CC BY-SA 2.0): needs paths.data_dir/transcoder_test_set; or run a TransCoder file with --suite FILE",
+    "transcoder": "UniTrans's cleaned TransCoder set (github.com/yz1019117968/FSE-24-UniTrans @e0bbac5, cleaned_data/; "
+    "no licence file, derived from CC BY-SA 2.0 data), downloaded once into the cache "
+    "(or paths.data_dir/transcoder_unitrans_cleaned)",
+    "transcoder-gfg": "TransCoder's GfG scripts (github.com/facebookresearch/CodeGen @e3e8855, "
+    "data/transcoder_evaluation_gfg, CC BY-SA 2.0), downloaded once into the cache "
+    "(or paths.data_dir/transcoder_test_set)",
 }
 """Where each registered suite's data comes from, for `veriloop suites list` and the docs."""
 

@@ -1,13 +1,17 @@
 """TransCoder translation suites: per function, the human reference in each language and its test program.
 
-Two suites, both read from `paths.data_dir` (the layout of shared/data):
+Two suites, each read from `paths.data_dir` when that folder has it (the layout of shared/data), else
+from its repository's archive at a pinned commit, downloaded once into `cache/suites/` (`archive.py`):
 
 * ``transcoder``: the UniTrans-cleaned set (568 functions; C++, Java, Python). References are the
   detokenised functions of `testable_samples.jsonl` (descriptive names such as ``addOne``); test
-  programs are UniTrans's fixed copies of TransCoder's GeeksforGeeks scripts.
+  programs are UniTrans's fixed copies of TransCoder's GeeksforGeeks scripts. Source:
+  github.com/yz1019117968/FSE-24-UniTrans @e0bbac5, `cleaned_data/` (no licence file; derived from
+  CC BY-SA 2.0 data).
 * ``transcoder-gfg``: TransCoder's original scripts (852 ids; C, C++, Java, Python, Go, Rust). The
   reference of each language is the script's own ``f_gold``; C and Rust scripts are repaired so they
-  build with stable toolchains (see `_repair`).
+  build with stable toolchains (see `_repair`). Source: github.com/facebookresearch/CodeGen @e3e8855,
+  `data/transcoder_evaluation_gfg/<lang>/<ID>.<ext>` (CC BY-SA 2.0).
 
 A task is one function in every language it has; the direction is chosen by whoever translates it
 (`translation(task, "cpp", "python")`, the f2strans agent's `--from/--to`). The task's own
@@ -24,9 +28,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
+
 from veriloop.config import Settings
 from veriloop.errors import ConfigError
 from veriloop.records import Task
+from veriloop.tasks.archive import fetch_folder
 from veriloop.tasks.base import Suite
 
 EXTENSIONS = {"cpp": "cpp", "java": "java", "python": "py", "c": "c", "go": "go", "rust": "rs"}
@@ -49,14 +56,56 @@ class Translation:
     tests: str
 
 
-def _data_dir(settings: Settings) -> Path:
-    folder = settings.paths.data_dir
-    if folder is None or not folder.is_dir():
-        raise ConfigError(
-            "the transcoder suites read the benchmark data folder: set paths.data_dir "
-            "(VERILOOP_PATHS__DATA_DIR=../shared/data)"
-        )
-    return folder
+CODEGEN_COMMIT = "e3e8855c4abbd7d19c8fec36b49d7e7fe7479dbf"
+GFG_ARCHIVE_URL = f"https://github.com/facebookresearch/CodeGen/archive/{CODEGEN_COMMIT}.tar.gz"
+"""TransCoder's GfG scripts for a user without the data folder (CC BY-SA 2.0); the whole repository
+(about 10 MB) is fetched once and only `data/transcoder_evaluation_gfg` kept."""
+UNITRANS_COMMIT = "e0bbac5c307a85ff21fd9479374cfa4e1a032f43"
+UNITRANS_ARCHIVE_URL = f"https://github.com/yz1019117968/FSE-24-UniTrans/archive/{UNITRANS_COMMIT}.tar.gz"
+"""UniTrans's cleaned set for a user without the data folder; about 2 MB, fetched once."""
+
+
+def _instead(folder: str) -> str:
+    return (
+        f"set paths.data_dir (VERILOOP_PATHS__DATA_DIR) to a folder holding {folder}, "
+        "or run a TransCoder file with --suite FILE"
+    )
+
+
+def gfg_scripts(settings: Settings, transport: httpx.BaseTransport | None = None) -> Path:
+    """The `transcoder_evaluation_gfg` folder: the data folder's copy, else CodeGen's, cached."""
+    if settings.paths.data_dir is not None:
+        local = settings.paths.data_dir / "transcoder_test_set" / "transcoder_evaluation_gfg"
+        if local.is_dir():
+            return local
+    target = settings.paths.cache_dir / "suites" / "transcoder-gfg" / f"codegen-{CODEGEN_COMMIT[:7]}"
+    return fetch_folder(
+        GFG_ARCHIVE_URL,
+        "data/transcoder_evaluation_gfg/",
+        tuple(f"{language}/" for language in EXTENSIONS),
+        target,
+        what="TransCoder's GfG test set",
+        instead=_instead("transcoder_test_set/transcoder_evaluation_gfg/<lang>/<ID>.<ext>"),
+        transport=transport,
+    )
+
+
+def unitrans_folder(settings: Settings, transport: httpx.BaseTransport | None = None) -> Path:
+    """UniTrans's `cleaned_data` folder (samples and scripts): the data folder's copy, else the cached archive."""
+    if settings.paths.data_dir is not None:
+        local = settings.paths.data_dir / "transcoder_unitrans_cleaned"
+        if (local / "testable_samples.jsonl").is_file():
+            return local
+    target = settings.paths.cache_dir / "suites" / "transcoder" / f"unitrans-{UNITRANS_COMMIT[:7]}"
+    return fetch_folder(
+        UNITRANS_ARCHIVE_URL,
+        "cleaned_data/",
+        ("testable_samples.jsonl", "transcoder_evaluation_gfg/"),
+        target,
+        what="UniTrans's cleaned TransCoder set",
+        instead=_instead("transcoder_unitrans_cleaned/testable_samples.jsonl"),
+        transport=transport,
+    )
 
 
 _PY_DEF = re.compile(r"^def\s+([A-Za-z_]\w*)\s*\(", re.MULTILINE)
@@ -98,10 +147,10 @@ def transcoder_task(suite: str, ident: str, functions: dict[str, str], tests: di
 
 def load_unitrans(settings: Settings) -> Suite:
     """The UniTrans-cleaned TransCoder set: functions with at least one test program."""
-    root = _data_dir(settings) / "transcoder_unitrans_cleaned"
+    root = unitrans_folder(settings)
     samples = root / "testable_samples.jsonl"
     if not samples.is_file():
-        raise ConfigError(f"{samples} is missing (the data folder lacks transcoder_unitrans_cleaned)")
+        raise ConfigError(f"{samples} is missing: {_instead('transcoder_unitrans_cleaned/testable_samples.jsonl')}")
     tasks = []
     for line in samples.read_text(encoding="utf-8").splitlines():
         if not line.strip():
@@ -154,26 +203,21 @@ def gold_function(script: str) -> str:
 
 def load_gfg(settings: Settings) -> Suite:
     """TransCoder's original GfG scripts in six languages; references are each script's `f_gold`."""
-    root = _data_dir(settings) / "transcoder_test_set"
-    index = root / "index.jsonl"
-    if not index.is_file():
-        raise ConfigError(f"{index} is missing (the data folder lacks transcoder_test_set)")
+    root = gfg_scripts(settings)
+    scripts: dict[str, dict[str, Path]] = {}
+    for lang, extension in EXTENSIONS.items():  # top level only: `rust/src/` holds raw c2rust output
+        for path in sorted((root / lang).glob(f"*.{extension}")):
+            scripts.setdefault(path.stem, {})[lang] = path
     tasks = []
-    for line in index.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        item = json.loads(line)
+    for ident in sorted(scripts):
         functions, tests = {}, {}
-        for lang, relative in sorted(item["test_scripts"].items()):
-            path = root / relative
-            if lang not in EXTENSIONS or not path.is_file():
-                continue
+        for lang, path in sorted(scripts[ident].items()):
             script = results_on_own_line(_repair(lang, path.read_text(encoding="utf-8", errors="replace")))
             gold = gold_function(script)
             if gold:
                 functions[lang], tests[lang] = gold, script
         if tests:
-            tasks.append(transcoder_task("transcoder-gfg", str(item["id"]), functions, tests, "codegen-gfg"))
+            tasks.append(transcoder_task("transcoder-gfg", ident, functions, tests, "codegen-gfg"))
     return Suite("transcoder-gfg", "codegen@e3e8855", tuple(tasks), source=str(root))
 
 
