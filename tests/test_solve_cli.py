@@ -16,6 +16,19 @@ from veriloop.records import Prompt
 from veriloop.store import TrajectoryStore
 from veriloop.testing import ScriptedBackend, prompt_text
 
+NAGINI_NO_INVARIANT = """from nagini_contracts.contracts import *
+
+
+def count(n: int) -> int:
+    Requires(n >= 0)
+    Ensures(Result() == n)
+    i = 0
+    while i < n:
+        i += 1
+    return i
+"""
+NAGINI_WITH_INVARIANT = NAGINI_NO_INVARIANT.replace("        i += 1\n", "        Invariant(i <= n)\n        i += 1\n")
+
 needs_dafny = pytest.mark.skipif(shutil.which("dafny") is None, reason="dafny is not installed (Debian package dafny)")
 
 NO_INVARIANT = """method CountUp(n: nat) returns (i: nat)
@@ -42,8 +55,7 @@ def test_the_method_follows_the_file_and_the_flags(tmp_path: Path) -> None:
     assert _plan(tmp_path / "a.py", "def f():\n    return 1\n") == "alphaverus"  # Nagini
     assert _plan(tmp_path / "a.py", "def f():\n    return 1\n", tests="assert f() == 1\n") == "mucode"
     assert _plan(tmp_path / "a.cpp", "int f() { return 1; }", to="python", tests="#TOFILL\n") == "f2strans"
-    with pytest.raises(ConfigError, match="pass --tests FILE"):
-        _plan(tmp_path / "a.cpp", "int f() { return 1; }", to="python")
+    assert _plan(tmp_path / "a.cpp", "int f() { return 1; }", to="python") == "f2strans"  # builds-and-runs only
     with pytest.raises(ConfigError, match=r"cannot tell the language of a\.txt"):
         _plan(tmp_path / "a.txt", "x")
     with pytest.raises(ConfigError, match="does not parse as Python \\(line 1"):
@@ -165,3 +177,109 @@ def test_solve_with_the_embedded_model_reports_what_it_gets(
     assert report["verdict"] == "verified" or report["verdict"].startswith("not verified (")
     if report["program"] is not None:
         assert report["diff"] or report["program"] == NO_INVARIANT
+
+
+def _nagini_python() -> Path:
+    from veriloop.verifiers.nagini import default_python
+
+    python = default_python(load_settings())
+    if not python.exists():
+        pytest.skip(f"Nagini's virtualenv ({python}) is missing; scripts/setup-verifiers.sh creates it")
+    return python
+
+
+def _nagini_invariant_model(prompt: Prompt) -> str:
+    """Proposes the missing loop invariant, but only when the prompt holds the Nagini program."""
+    seen = prompt_text(prompt) if isinstance(prompt, str) else "\n".join(m.content for m in prompt)
+    assert "def count(n: int)" in seen and "Invariant(" not in seen.split("def count", 1)[1].split("return i")[0]
+    return f"```python\n{NAGINI_WITH_INVARIANT}```"
+
+
+@pytest.mark.slow
+def test_solve_fills_in_a_removed_nagini_invariant(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The real Nagini twice: the input fails (precheck), the scripted model's invariant verifies."""
+    from veriloop.verifiers.nagini import close_workers
+
+    monkeypatch.setenv("VERILOOP_VERIFIERS__NAGINI_PYTHON", str(_nagini_python()))
+    monkeypatch.setenv("VERILOOP_VERIFIERS__TIMEOUT_S", "300")  # a loaded 2-core CI machine, as tests/verifiers do
+    program = tmp_path / "count.py"
+    program.write_text(NAGINI_NO_INVARIANT)
+    out = tmp_path / "fixed.py"
+    monkeypatch.setattr(ScriptedBackend, "from_settings", classmethod(lambda cls, s: cls([_nagini_invariant_model])))
+    home = tmp_path / "home"
+    args = ["--home", str(home), "--backend", "scripted", "solve", str(program), "--width", "1", "--depth", "1"]
+    try:
+        assert main([*args, "--out", str(out)]) == 0
+    finally:
+        close_workers()
+    captured = capsys.readouterr()
+    assert "verdict: verified" in captured.out and "alphaverus on" in captured.err and "(nagini)" in captured.err
+    assert "+        Invariant(i <= n)" in captured.out and "--- a/count.py" in captured.out
+    assert out.read_text() == NAGINI_WITH_INVARIANT
+    run_id = captured.out.rsplit("run id: ", 1)[1].split()[0]
+    with TrajectoryStore.from_settings(load_settings(paths={"home": home})) as store:
+        [attempt] = store.list_attempts(run_id)
+        assert store.get_run(run_id).agent == "alphaverus" and attempt.status == "passed"
+        node = store.get_node(attempt.best_node_id or "")
+        assert node.verify_result is not None and node.verify_result.status.value == "verified"
+
+
+def test_solve_on_verus_without_verus_is_one_clear_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("VERILOOP_VERIFIERS__VERUS", str(tmp_path / "no-such-verus"))
+    program = tmp_path / "abs.rs"
+    program.write_text("use vstd::prelude::*;\nverus! {\nfn abs(x: i32) -> (r: i32) ensures r >= 0 { x }\n}\n")
+    assert main(["--home", str(tmp_path / "home"), "solve", str(program)]) == 7
+    captured = capsys.readouterr()
+    [line] = captured.err.strip().splitlines()
+    assert line.startswith("error: verus could not check the program") and "set verifiers.verus" in line
+    assert captured.out == "" and not (tmp_path / "home" / "solves").exists()  # no run was started
+
+
+def test_solve_translates_without_tests_and_says_it_only_built_and_ran(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No --tests: the real sandbox only runs the translation; a wrong one is not called a pass, a broken one fails."""
+    source = tmp_path / "twice.cpp"
+    source.write_text("int twice(int x) {\n    return 2 * x;\n}\n")
+    replies = iter([
+        "```python\ndef twice(x):\n    return 3 * x\n```",  # wrong, yet it runs: "builds and runs", no more
+        "```python\ndef twice(x)\n    return 2 * x\n```",  # a syntax error: does not run
+    ])  # fmt: skip
+    monkeypatch.setattr(ScriptedBackend, "from_settings", classmethod(lambda cls, s: cls([next(replies)])))
+    args = ["--home", str(tmp_path / "home"), "--backend", "scripted", "solve", str(source), "--to", "python",
+            "--turns", "1"]  # fmt: skip
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "verdict: builds and runs (not functionally checked: no --tests)" in out
+    assert "note: no --tests: the translation was only built and run, not functionally checked" in out
+    assert "return 3 * x" in out
+    run_id = out.rsplit("run id: ", 1)[1].split()[0]
+    with TrajectoryStore.from_settings(load_settings(paths={"home": tmp_path / "home"})) as store:
+        [attempt] = store.list_attempts(run_id)
+        node = store.get_node(attempt.best_node_id or "")
+        assert node.exec_result is not None and [t.name for t in node.exec_result.tests] == ["builds_and_runs"]
+        [task] = store.list_tasks(suite=store.get_run(run_id).suite.rsplit("/", 1)[1].removesuffix(".jsonl"))
+        assert "not functionally checked" in task.metadata["check"] and task.prompt == source.read_text()
+    assert main([*args, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["verdict"] == "failed to build or run" and report["functionally_checked"] is False
+
+
+@pytest.mark.slow
+def test_solve_without_tests_builds_a_cpp_translation_for_real(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The C++ build-only program compiles with the sandbox's g++ around a translated function."""
+    source = tmp_path / "twice.py"
+    source.write_text("def twice(x):\n    return 2 * x\n")
+    reply = "```cpp\nint twice(int x) {\n    return 2 * x;\n}\n```"
+    monkeypatch.setattr(ScriptedBackend, "from_settings", classmethod(lambda cls, s: cls([reply])))
+    assert main(["--home", str(tmp_path / "home"), "--backend", "scripted", "solve", str(source), "--to", "cpp",
+                 "--turns", "1", "--json"]) == 0  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    assert report["verdict"] == "builds and runs (not functionally checked: no --tests)", report
+    assert "int twice(int x)" in report["program"]

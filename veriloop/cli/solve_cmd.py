@@ -4,7 +4,9 @@
   broken: AlphaVerus's Treefinement searches for the proof; `--spec` is the specification it must keep
   (default: the file itself, so the guard rejects a proof that weakens what the file promises);
 * a Python file with `--tests`: μCode repairs it against the tests;
-* a source file with `--to LANG` (and `--tests`, the target's test program): F2STrans translates it.
+* a source file with `--to LANG`: F2STrans translates it, judged by `--tests` (the target's test program)
+  when given; without it the translation is only built and run (`solve_builds.py`), and the verdict
+  says it was not functionally checked.
 
 The program becomes a one-task file under `home/solves/` and runs through the same runner as
 `veriloop run`, so `veriloop runs show` and the dashboard see it. Progress (each node as it is
@@ -43,6 +45,7 @@ EXTENSIONS = {
     ".c": "c",
     ".go": "go",
 }
+NOT_CHECKED = "no --tests: the translation was only built and run, not functionally checked"
 PROOF_TARGETS = {"dafny": "dafny", "python": "nagini", "rust": "verus"}
 """Language of a file -> the verifier that proves it when no --tests or --to is given."""
 
@@ -57,6 +60,8 @@ class Plan:
     target: str
     language: str
     notes: list[str] = field(default_factory=list)
+    functional: bool = True
+    """False when nothing checks what the program computes (a translation without --tests)."""
 
 
 def _read(path: Path, what: str) -> str:
@@ -105,11 +110,11 @@ def plan_solve(
             raise ConfigError(f"F2STrans translates between {', '.join(TRANSLATABLE)}; got {language} -> {to}")
         if language == to:
             raise ConfigError("--to must differ from the file's language")
+        functional = tests is not None
         if tests is None:
-            raise ConfigError(
-                f"F2STrans judges a translation with a {to} test program: pass --tests FILE (a program with a "
-                "TOFILL line where the translation goes, printing `#Results: passed, total`)"
-            )
+            from veriloop.cli.solve_builds import build_only_program
+
+            tests = build_only_program(to)
         if language == "python":
             _python_parses(code, path)
         from veriloop.tasks.formats.codegen import task_row
@@ -117,7 +122,12 @@ def plan_solve(
 
         task = transcoder_task("solve", stem, {language: code, to: ""}, {to: tests}, "solve")
         options = {"source": language, "target": to, "turns": turns, "samples": n, "max_tokens": max_tokens}
-        return Plan("f2strans", options, {**task_row(task), "id": stem}, "tests", to)
+        row = {**task_row(task), "id": stem, "prompt": code}  # the suite's default direction is cpp -> python
+        notes = []
+        if not functional:
+            notes = [NOT_CHECKED]
+            row["metadata"] = {**row.get("metadata", {}), "check": NOT_CHECKED}
+        return Plan("f2strans", options, row, "tests", to, notes, functional)
     if tests is not None:
         if language != "python":
             raise ConfigError("--tests repairs Python programs (μCode); to translate, add --to LANG")
@@ -235,6 +245,8 @@ def verdict_of(plan: Plan, attempt: Attempt | None, node: Node | None) -> str:
         if node is not None and node.verify_result is not None:
             return f"not verified ({node.verify_result.status.value})"
         return "not verified (no program)"
+    if not plan.functional:
+        return "builds and runs (not functionally checked: no --tests)" if solved else "failed to build or run"
     return "passed" if solved else "failed"
 
 
@@ -301,6 +313,7 @@ def solve(
         out.write_text(program, encoding="utf-8")
     report: dict[str, Any] = {
         "verdict": verdict,
+        "functionally_checked": plan.functional,
         "method": plan.method,
         "run_id": finished.id,
         "status": finished.status.value,
@@ -312,6 +325,8 @@ def solve(
 
     def render(_: object) -> None:
         print(f"verdict: {verdict}")
+        for note in plan.notes:
+            print(f"note: {note}")
         if program is None:
             print("no program was produced")
         else:
