@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -283,3 +285,40 @@ def test_solve_without_tests_builds_a_cpp_translation_for_real(
     report = json.loads(capsys.readouterr().out)
     assert report["verdict"] == "builds and runs (not functionally checked: no --tests)", report
     assert "int twice(int x)" in report["program"]
+
+
+BUILD_ONLY_FUNCTIONS = {
+    "c": "int twice(int x) {\n    return 2 * x;\n}",
+    "java": "static int twice(int x) {\n    return 2 * x;\n}",
+    "go": "func twice(x int) int {\n\treturn 2 * x\n}",
+    "rust": "fn twice(x: i32) -> i32 {\n    2 * x\n}",
+}
+
+
+@pytest.fixture(scope="module")
+def box() -> Iterator[Any]:
+    from veriloop.sandbox.bwrap import BwrapSandbox
+
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap (bwrap) is not installed; scripts/setup-sandbox.sh installs it")
+    sandbox = BwrapSandbox(warm_workers=1)
+    yield sandbox
+    sandbox.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("language", sorted(BUILD_ONLY_FUNCTIONS))
+def test_the_build_only_program_builds_around_a_function(box: Any, language: str) -> None:
+    """The C, Java, Go and Rust build-only programs (Python and C++ run above) compile in the real sandbox."""
+    import asyncio
+
+    from veriloop.cli.solve_builds import CHECK, build_only_program
+    from veriloop.records import ExecStatus
+    from veriloop.sandbox.languages import available, harness_job
+
+    if not available(language, box.toolchain):
+        pytest.skip(f"the {language} toolchain is not installed")
+    job = harness_job(language, box.toolchain, BUILD_ONLY_FUNCTIONS[language], build_only_program(language))
+    result = asyncio.run(box.run(job))
+    assert result.status is ExecStatus.PASSED, result
+    assert [test.name for test in result.tests] == [CHECK]
