@@ -109,7 +109,7 @@ async def generate(state: MuCodeState, runtime: Runtime[Deps]) -> dict[str, Any]
     messages = prompts.turn_messages(task, [step.exchange for step in played], options.history)
     temperature = options.first_temperature() if turn == 1 else options.later_temperature()
     params = SamplingParams(
-        n=options.n,
+        n=options.samples,
         temperature=temperature,
         max_tokens=options.max_tokens,
         stop=[CLOSING_FENCE],
@@ -141,7 +141,7 @@ async def select(state: MuCodeState, runtime: Runtime[Deps]) -> dict[str, Any]:
         scores = await deps.verifier.score(task, [prompts.as_reply(sample.code) for sample in samples])
         for sample, value in zip(samples, scores, strict=True):
             sample.verifier = value
-    rule = options.select
+    rule = options.selection
     for sample, value in zip(samples, selection_scores(samples, rule), strict=True):
         sample.score = value
     rng = random.Random(stable_seed("select", options.seed, task.id, state.get("rollout", 0), turn))
