@@ -24,6 +24,7 @@ import annotated_types
 import typer
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
+from rich.markup import escape
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -76,7 +77,7 @@ def _bounds(field: FieldInfo) -> dict[str, Any]:
 
 
 def _help(field: FieldInfo, allowed: tuple[str, ...] | None) -> str:
-    text = (field.description or "").strip()
+    text = escape((field.description or "").strip())  # `[refine]` is text, not rich markup
     extra = [f"one of: {', '.join(allowed)}"] if allowed else []
     extra += [f"> {item.gt}" for item in field.metadata if isinstance(item, annotated_types.Gt)]
     extra += [f"< {item.lt}" for item in field.metadata if isinstance(item, annotated_types.Lt)]
