@@ -152,7 +152,7 @@ async def execute_run(
         backend = backend if backend is not None else get_backend(settings)
         sandbox = sandbox if sandbox is not None else get_sandbox(settings)
         ctx = AgentContext(settings=settings, backend=backend, sandbox=sandbox, store=store, run=run)
-        if agent.learns and only is None:  # a shard runs `run_suite`: a round after solving needs every shard
+        if agent.learns and only is None:  # a learning loop needs every task (the Ray executor never shards one)
             await agent.train(todo, ctx, on_attempt)
         else:
             await agent.run_suite(todo, ctx, on_attempt)

@@ -74,7 +74,7 @@ class MuCodeAgent(Agent[MuCodeOptions]):
     async def run_suite(
         self, tasks: Sequence[Task], ctx: AgentContext, on_attempt: OnAttempt | None = None
     ) -> list[Attempt]:
-        if self.options.train:  # kept for callers that drive the agent directly (and Ray shards)
+        if self.options.train:  # the runner calls `train` itself; this keeps direct callers' behaviour
             return await self.train(tasks, ctx, on_attempt)
         return await super().run_suite(tasks, ctx, on_attempt)
 
