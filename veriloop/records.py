@@ -233,6 +233,12 @@ class Run(Record):
     error: str | None = None
 
 
+STEP_KEY = "turn"
+"""The one name of a node's step counter in `Node.metadata` for every method (μCode's and F2STrans's turn,
+AlphaVerus's self-improvement iteration, ReVISE's refinement round); runs stored before it was unified may
+carry `iteration` or `round` instead, which readers still accept (`store.figures.turn_of`)."""
+
+
 class Node(Record):
     """One step of an agent's tree for one task: a prompt, what came back, and how it scored."""
 

@@ -107,3 +107,19 @@ def test_compare_counts_wins_and_losses_on_shared_tasks_with_exact_mcnemar(store
 
     same = compare_runs(store, left.id, left.id)
     assert (same.wins, same.losses, same.difference, same.mcnemar_p, same.low, same.high) == (0, 0, 0.0, 1.0, 0.0, 0.0)
+
+
+def test_the_step_counter_has_one_name_and_stored_runs_keep_their_old_ones() -> None:
+    from datetime import UTC, datetime
+
+    from veriloop.records import STEP_KEY
+    from veriloop.store.dashboard import NodeFact
+    from veriloop.store.figures import turn_of
+
+    def fact(**metadata: object) -> NodeFact:
+        return NodeFact(id="n", task_id="t", parent_id=None, depth=7, role="generate", score=None,
+                        created_at=datetime.now(UTC), metadata=dict(metadata))  # fmt: skip
+
+    assert STEP_KEY == "turn" and turn_of(fact(turn=2)) == 2
+    assert turn_of(fact(iteration=1)) == 1 and turn_of(fact(round=3)) == 3  # AlphaVerus / ReVISE nodes stored before
+    assert turn_of(fact()) == 7  # no counter: the depth

@@ -289,7 +289,7 @@ def test_own_task_file_runs_and_reports_pass_at_k_with_provenance(
     assert all(row["low"] <= row["value"] <= row["high"] for row in public["pass_at_k"])
     provenance = summary["provenance"]
     assert provenance["suite"]["tasks"] == len(rows) and provenance["suite"]["content_hash"].startswith("sha256:")
-    assert provenance["options"]["n"] == 2 and provenance["veriloop_version"]
+    assert provenance["options"]["samples"] == 2 and provenance["veriloop_version"]
 
     out = tmp_path / "report.md"
     assert main(["--home", str(home), "runs", "report", report["run_id"], "--format", "md", "--out", str(out)]) == 0

@@ -7,6 +7,11 @@ shape, so a method never knows whether it runs from a terminal, a worker or a Ra
     agent = make_agent("mucode", {"turns": 3})             # options validated by the agent's model
     attempt = await agent.solve(task, ctx)                 # one task, every step stored as nodes
     attempts = await agent.run_suite(tasks, ctx, on_attempt)   # the whole suite (default: solve each)
+    attempts = await agent.train(tasks, ctx, on_attempt)       # options.train: the method's learning loop
+
+Every method with a learning loop has a `train: bool` option and overrides `train`; the runner calls it
+instead of `run_suite` when the option is on, so `veriloop run M --train`, `POST /api/runs` with
+`{"train": true}` and the workers all reach the same loop.
 """
 
 from __future__ import annotations
@@ -79,6 +84,20 @@ class Agent(ABC, Generic[OptionsT]):
             attempts.append(attempt)
             await notify(on_attempt, attempt)
         return attempts
+
+    @property
+    def learns(self) -> bool:
+        """Whether this run is the method's learning loop (its options say `train=True`)."""
+        return bool(getattr(self.options, "train", False))
+
+    async def train(
+        self, tasks: Sequence[Task], ctx: AgentContext, on_attempt: OnAttempt | None = None
+    ) -> list[Attempt]:
+        """The method's learning loop on the run's tasks; returns the run's attempts like `run_suite`.
+
+        μCode's expert iteration replaces solving; F2STrans and ReVISE solve, then train on what the run stored.
+        """
+        raise ConfigError(f"method {self.name!r} has no learning loop (no train option)")
 
 
 async def notify(on_attempt: OnAttempt | None, attempt: Attempt) -> None:

@@ -152,7 +152,10 @@ async def execute_run(
         backend = backend if backend is not None else get_backend(settings)
         sandbox = sandbox if sandbox is not None else get_sandbox(settings)
         ctx = AgentContext(settings=settings, backend=backend, sandbox=sandbox, store=store, run=run)
-        await agent.run_suite(todo, ctx, on_attempt)
+        if agent.learns and only is None:  # a learning loop needs every task (the Ray executor never shards one)
+            await agent.train(todo, ctx, on_attempt)
+        else:
+            await agent.run_suite(todo, ctx, on_attempt)
         if finish:
             run = store.finish_run(run.id, RunStatus.FINISHED)
     except BaseException as exc:

@@ -1,8 +1,8 @@
 """`veriloop run <method> ...`: one subcommand per agent, all sharing the slice options and the report.
 
-An agent's command lives in its own `run_<method>_cmd.py`, declares the method's options, and
-hands them to `run_agent`, which creates the run, executes it with a progress bar, and prints
-a per-task table (or JSON). `veriloop run resume RUN_ID` continues any interrupted run.
+An agent's command lives in its own `run_<method>_cmd.py`, gets its flags from the method's options
+model (`cli/options.py`), and hands them to `run_agent`, which creates the run, executes it with a
+progress bar, and prints a per-task table (or JSON). `veriloop run resume RUN_ID` continues any interrupted run.
 """
 
 from __future__ import annotations

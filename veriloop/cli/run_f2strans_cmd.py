@@ -1,57 +1,36 @@
-"""`veriloop run f2strans --from cpp --to python --suite transcoder`: translate, test, repair; CA and style.
+"""`veriloop run f2strans --source cpp --target python --suite transcoder`: translate, test, repair; CA and style.
 
 Suites: `transcoder` (UniTrans-cleaned TransCoder: C++, Java, Python) and `transcoder-gfg` (the
 original GfG scripts, also C, Go and Rust). Each task is one function in every language it has;
-the direction comes from --from/--to, and only functions having both sides are run. With --train,
-the run's translations then feed one F2STrans round: functional SFT, then style DPO.
+the direction comes from --source/--target (old spelling: --from/--to), and only functions having both
+sides are run. With --train, the run's translations then feed one F2STrans round (`F2STransAgent.train`):
+functional SFT, then style DPO. The method's flags are generated from `F2STransOptions`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Sequence
 from typing import Annotated, Any
 
 import typer
 
+from veriloop.agents.f2strans.state import F2STransOptions
 from veriloop.cli.app import JsonFlag, emit, state
-from veriloop.cli.run_cmd import (
-    ConcurrencyOption,
-    ExecutorOption,
-    LimitOption,
-    TaskIdsOption,
-    _execute,
-    executor_name,
-    run_app,
-)
-from veriloop.config import Settings
-from veriloop.records import Task
+from veriloop.cli.options import Alias, option_flags
+from veriloop.cli.run_cmd import ExecutorOption, LimitOption, TaskIdsOption, _execute, executor_name, run_app
 
 
 @run_app.command("f2strans")
+@option_flags(F2STransOptions, aliases=(Alias("--from", "source"), Alias("--to", "target")))
 def run_f2strans(
     ctx: typer.Context,
-    source: Annotated[str, typer.Option("--from", help="Language translated from: cpp, java, python, c, go, rust.")] = (
-        "cpp"
-    ),
-    target: Annotated[str, typer.Option("--to", help="Language translated to (its test program judges).")] = "python",
+    options: dict[str, Any],
     suite: Annotated[str, typer.Option("--suite", help="Translation suite: transcoder or transcoder-gfg.")] = (
         "transcoder"
     ),
-    turns: Annotated[int, typer.Option("--turns", min=1, max=10, help="k: one translation plus k-1 repairs.")] = 3,
-    samples: Annotated[int, typer.Option("--samples", min=1, max=16, help="First-turn candidates.")] = 1,
-    temperature: Annotated[float, typer.Option("--temperature", min=0.0, help="First-turn temperature.")] = 0.0,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", min=16, help="New tokens per reply at most.")] = 384,
-    linter: Annotated[bool, typer.Option("--linter/--no-linter", help="Lint candidates for the style score.")] = True,
-    train: Annotated[
-        bool, typer.Option("--train", help="Then train one round on this run: functional SFT, then style DPO.")
-    ] = False,
-    sft_steps: Annotated[int, typer.Option("--sft-steps", min=1, help="Functional SFT steps (--train).")] = 30,
-    dpo_steps: Annotated[int, typer.Option("--dpo-steps", min=1, help="Style DPO steps (--train).")] = 20,
     limit: LimitOption = None,
     task: TaskIdsOption = None,
-    concurrency: ConcurrencyOption = 8,
     executor: ExecutorOption = None,
     as_json: JsonFlag = False,
 ) -> None:
@@ -70,11 +49,8 @@ def run_f2strans(
     from veriloop.tasks import load_suite
     from veriloop.tasks.transcoder import has_direction
 
-    options: dict[str, Any] = {
-        "source": source, "target": target, "turns": turns, "samples": samples, "temperature": temperature,
-        "max_tokens": max_tokens, "linter": linter, "concurrency": concurrency,
-    }  # fmt: skip
     make_agent("f2strans", options)  # a bad direction fails before the suite is read
+    source, target = options["source"], options["target"]
     settings = state(ctx).settings()
     executor = executor_name(settings, executor)
     ids = list(task or [])
@@ -118,42 +94,6 @@ def run_f2strans(
         out.print(f"run id: {finished.id}  (details: veriloop runs show {finished.id})")
 
     emit(report, as_json, render)
-    if train:
-        tasks = suite_of(finished, settings).tasks
-        _train_round(settings, finished.id, tasks, source, target, sft_steps, dpo_steps, linter)
-
-
-def _train_round(
-    settings: Settings,
-    run_id: str,
-    tasks: Sequence[Task],
-    source: str,
-    target: str,
-    sft_steps: int,
-    dpo_steps: int,
-    linter: bool,
-) -> None:
-    """One functional + style round on the run's stored translations; the checkpoints go to stderr."""
-    from veriloop.agents.f2strans.data import functional_rows, nodes_of_runs, style_rows
-    from veriloop.agents.f2strans.training import RoundSpec, train_round
-    from veriloop.store import TrajectoryStore
-    from veriloop.training.common import stderr_progress
-
-    with TrajectoryStore.from_settings(settings) as store:
-        nodes = nodes_of_runs(store, [run_id])
-    sft = functional_rows(tasks, source, target, nodes)
-    pairs = style_rows(tasks, source, target, nodes, linter=linter)
-    print(f"training: {len(sft)} functional rows, {len(pairs)} style pairs", file=sys.stderr)
-    folder = settings.paths.home / "checkpoints" / f"f2strans-{run_id[:12]}"
-    spec = RoundSpec(sft_steps=sft_steps, dpo_steps=dpo_steps)
-    report = train_round(settings, sft, pairs, folder, spec, progress=stderr_progress)
-    for stage in ("sft", "dpo"):
-        if stage in report:
-            print(f"{stage}: {report[stage]['model']}", file=sys.stderr)
-    if not pairs:
-        print("dpo: skipped (no style pairs: sample more candidates, e.g. --samples 4 --temperature 0.8)",
-              file=sys.stderr)  # fmt: skip
-    print(f"use it with: veriloop --model {report['model']} run f2strans ...", file=sys.stderr)
 
 
 def _style(store: Any, node_id: str | None) -> float | None:

@@ -111,8 +111,8 @@ class RayExecutor(Executor):
 
     def _plan(self, ray: Any, store: TrajectoryStore, settings: Settings, run: Run) -> list[list[str] | None]:
         agent = make_agent(run.agent, run.settings.get("options"))
-        if type(agent).run_suite is not Agent.run_suite:
-            return [None]  # the agent's unit of work is the whole suite
+        if agent.learns or type(agent).run_suite is not Agent.run_suite:
+            return [None]  # the agent's unit of work is the whole suite (a learning loop needs every task)
         todo = [task.id for task in todo_tasks(store, run, suite_of(run, settings))]
         if not todo:
             return []

@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from veriloop.records import Attempt, Record, Run
+from veriloop.records import STEP_KEY, Attempt, Record, Run
 from veriloop.store import stats
 from veriloop.store.dashboard import NodeFact, node_facts
 from veriloop.store.summary import (
@@ -34,7 +34,8 @@ from veriloop.store.summary import (
 )
 from veriloop.store.trajectory import TrajectoryStore
 
-TURN_KEYS = ("turn", "iteration", "round")
+TURN_KEYS = (STEP_KEY, "iteration", "round")
+"""The step counter's name, then the names AlphaVerus and ReVISE nodes stored before it was unified."""
 FINISHED = frozenset({"passed", "failed"})
 
 

@@ -19,45 +19,26 @@ from veriloop.errors import ConfigError
 if TYPE_CHECKING:
     from veriloop.training.common import Progress, TrainResult, TrainSpec
 
-METHODS: dict[str, str] = {
-    "sft": "supervised fine-tuning on prompt/completion rows (TRL SFTTrainer), optional label smoothing",
-    "dpo": "preference optimisation; --loss sigmoid|ipo on TRL DPOTrainer, epa|ns_dpo on the plain loop",
-    "rm": "scalar reward model: Bradley-Terry + L2 on preference rows (--loss bt) or BCE on verifier rows (bce)",
-    "prm": "process reward model on stepwise rows (prompt/completions/labels)",
-    "qrm": "Q-RM token-level reward model from preference pairs",
-    "reinforce": "REINFORCE with Q-RM token rewards (--option qrm=checkpoint:ID) on prompts of any export",
-    "grpo": "GRPO (TRL GRPOTrainer) rewarded by veriloop's judge, on task rows or a suite's tasks",
-}
+
+def _methods() -> dict[str, str]:
+    from veriloop.training.configs import TRAINERS
+
+    return {name: TRAINERS.load(name).summary for name in TRAINERS}
+
+
+METHODS: dict[str, str] = _methods()
+"""`veriloop train`'s methods and their one-line summaries (from `configs.TRAINERS`)."""
 
 
 def trainer_for(
     method: str, loss: str | None, engine: str | None
 ) -> Callable[[TrainSpec, Settings, Progress | None], TrainResult]:
     """The function that trains `method` (with `loss`, on `engine`: trl or loop, where both exist)."""
-    from veriloop.training import loops, trl_trainers
+    from veriloop.training.configs import TRAINERS, parse
 
-    if method == "sft":
-        return trl_trainers.train_sft
-    if method == "dpo":
-        chosen_loss = loss or "sigmoid"
-        if engine == "trl" and chosen_loss not in trl_trainers.TRL_DPO_LOSSES:
-            raise ConfigError(f"loss {chosen_loss!r} runs on the plain loop only; drop --engine trl")
-        if engine == "loop" or chosen_loss not in trl_trainers.TRL_DPO_LOSSES:
-            return loops.train_preference_loop
-        return trl_trainers.train_dpo
-    if method == "rm":
-        return loops.train_reward_model
-    if method == "prm":
-        return loops.train_prm
-    if method == "qrm":
-        return loops.train_qrm
-    if method == "reinforce":
-        return loops.train_reinforce
-    if method == "grpo":
-        from veriloop.training.grpo import train_grpo
-
-        return train_grpo
-    raise ConfigError(f"unknown training method {method!r}; choose one of: {', '.join(METHODS)}")
+    config_type = TRAINERS.load(method)
+    options = {key: value for key, value in (("loss", loss), ("engine", engine)) if value is not None}
+    return parse(config_type, method, options).trainer()
 
 
 def default_out(settings: Settings, spec: TrainSpec) -> Path:
@@ -81,7 +62,7 @@ def train(spec: TrainSpec, settings: Settings, progress: Progress | None = None)
         raise ConfigError("--steps must be at least 1")
     if not spec.data.exists():
         raise ConfigError(f"dataset {spec.data} does not exist")
-    loss = spec.options.get("loss")
-    engine = spec.options.get("engine")
-    run = trainer_for(spec.method, str(loss) if loss else None, str(engine) if engine else None)
+    from veriloop.training.configs import config_for
+
+    run = config_for(spec).trainer()  # bad or misspelt options fail here, before any model is loaded
     return run(spec, settings, progress)

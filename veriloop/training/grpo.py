@@ -31,8 +31,9 @@ from veriloop.training.common import (
     seed_everything,
     with_lora,
 )
+from veriloop.training.configs import GRPOConfig
 from veriloop.training.rewards import JudgeFn, JudgeReward, LocalJudge
-from veriloop.training.trl_trainers import _callback, _common_args, _dataset, _flag, _load_causal_lm, _quiet
+from veriloop.training.trl_trainers import _callback, _common_args, _dataset, _load_causal_lm, _quiet
 
 JUDGED_BY = (("tests",), ("task_id",), ("spec", "verifier"))
 
@@ -54,12 +55,11 @@ def task_rows(tasks: Iterable[Task]) -> list[dict[str, Any]]:
 
 def judge_for(spec: TrainSpec, settings: Settings) -> tuple[JudgeFn, Any]:
     """The remote judge (`judge_url`) or one in this process; the second item closes it."""
-    url = spec.options.get("judge_url")
-    if url:
+    options = GRPOConfig.of(spec)
+    if options.judge_url:
         from veriloop.client import JudgeClient
 
-        client = JudgeClient(str(url), token=str(spec.options["judge_token"]) if spec.options.get("judge_token")
-                             else None)  # fmt: skip
+        client = JudgeClient(options.judge_url, token=options.judge_token)
         return client, client.close
     local = LocalJudge(settings)
     return local, local.close
@@ -83,18 +83,16 @@ def train_grpo(
 
     rows = read_rows(spec, ("prompt",))
     _check_rows(rows, spec)
-    options = spec.options
-    generations = int(options.get("num_generations", 4))
-    if generations < 2:
-        raise ConfigError("GRPO needs num_generations of at least 2 (advantages are relative to the group)")
+    options = GRPOConfig.of(spec)  # num_generations >= 2: advantages are relative to the group
+    generations = options.num_generations
     closer = None
     if judge is None:
         judge, closer = judge_for(spec, settings)
     reward = JudgeReward(
         judge,
-        mode="pass_rate" if str(options.get("reward", "all_pass")) == "pass_rate" else "all_pass",
-        partial_credit=_flag(options.get("partial_credit", False)),
-        security_weight=float(options.get("security_weight", 0.0)),
+        mode=options.reward,
+        partial_credit=options.partial_credit,
+        security_weight=options.security_weight,
     )
     try:
         seed_everything(spec.seed)
@@ -106,9 +104,9 @@ def train_grpo(
         config = trl.GRPOConfig(
             **common,
             num_generations=generations,
-            max_completion_length=int(options.get("max_completion_length", 64)),
-            temperature=float(options.get("temperature", 1.0)),
-            beta=float(options.get("beta", 0.0)),
+            max_completion_length=options.max_completion_length,
+            temperature=options.temperature,
+            beta=options.beta,
             steps_per_generation=1,
             log_completions=False,
         )

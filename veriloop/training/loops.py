@@ -38,6 +38,7 @@ from veriloop.training.common import (
     seed_everything,
     with_lora,
 )
+from veriloop.training.configs import DPOConfig, PRMConfig, QRMConfig, ReinforceConfig, RMConfig
 from veriloop.training.fused_loss import fused_sequence_logps, use_fused_loss
 
 T = TypeVar("T")
@@ -143,12 +144,14 @@ def train_preference_loop(spec: TrainSpec, settings: Settings, progress: Progres
     data (its strong negatives). NS-DPO discounts pairs by age: t = days since the oldest pair,
     T = newest + 1, gamma from `options["gamma"]` (0.95).
     """
-    loss_name = str(spec.options.get("loss", "sigmoid"))
-    fused = use_fused_loss(spec.options, 0.0)  # DPO's label smoothing is on the pair, not the tokens: opt in only
+    config = DPOConfig.of(spec)
+    loss_name = config.loss
+    fused = use_fused_loss(
+        config.model_dump(), 0.0
+    )  # DPO's label smoothing is on the pair, not the tokens: opt in only
     if loss_name not in LOOP_PREFERENCE_LOSSES:
         raise ConfigError(f"preference loss {loss_name!r} is not one of {', '.join(LOOP_PREFERENCE_LOSSES)}")
-    beta = float(spec.options.get("beta", 0.1))
-    gamma = float(spec.options.get("gamma", 0.95))
+    beta, gamma = config.beta, config.gamma
     rows = read_rows(spec, ("prompt", "chosen", "rejected"))
     seed_everything(spec.seed)
     model, tokenizer = _causal_lm(spec, settings)
@@ -254,15 +257,13 @@ def train_reward_model(spec: TrainSpec, settings: Settings, progress: Progress |
     A held-out share of the rows (`eval_fraction`, 0.2) measures how often the trained scores rank
     chosen above rejected (BT) or classify the label (BCE); both numbers go into the checkpoint's metrics.
     """
-    loss_name = str(spec.options.get("loss", "bt"))
-    if loss_name not in ("bt", "bce"):
-        raise ConfigError(f"reward model loss {loss_name!r} is not bt or bce")
-    l2 = float(spec.options.get("l2", 1e-3))
+    config = RMConfig.of(spec)
+    loss_name, l2 = config.loss, config.l2
     if loss_name == "bt":
         rows = read_rows(spec, ("prompt", "chosen", "rejected"))
     else:
         rows = read_rows(spec, ("prompt", "completion", "label"))
-    train, held = _split(rows, float(spec.options.get("eval_fraction", 0.2)), spec.seed)
+    train, held = _split(rows, config.eval_fraction, spec.seed)
     seed_everything(spec.seed)
     model, tokenizer = _head_model(spec, settings, "seq")
     pad = tokenizer.pad_token_id
@@ -357,7 +358,7 @@ def encode_steps(
 def train_prm(spec: TrainSpec, settings: Settings, progress: Progress | None = None) -> TrainResult:
     """A process reward model: a per-token score head, BCE at the last token of every labelled step."""
     rows = read_rows(spec, ("prompt", "completions", "labels"))
-    train, held = _split(rows, float(spec.options.get("eval_fraction", 0.2)), spec.seed)
+    train, held = _split(rows, PRMConfig.of(spec).eval_fraction, spec.seed)
     seed_everything(spec.seed)
     model, tokenizer = _head_model(spec, settings, "token")
     pad = tokenizer.pad_token_id
@@ -416,10 +417,10 @@ def _token_scores(model: Any, items: Sequence[Encoded], pad: int) -> tuple[torch
 
 def train_qrm(spec: TrainSpec, settings: Settings, progress: Progress | None = None) -> TrainResult:
     """Q-RM from preference pairs: L = -log sigma(beta (S_c - S_r) - gamma), S the mean token score."""
-    beta = float(spec.options.get("beta", 0.2))
-    gamma = float(spec.options.get("gamma", 2.0))
+    config = QRMConfig.of(spec)
+    beta, gamma = config.beta, config.gamma
     rows = read_rows(spec, ("prompt", "chosen", "rejected"))
-    train, held = _split(rows, float(spec.options.get("eval_fraction", 0.2)), spec.seed)
+    train, held = _split(rows, config.eval_fraction, spec.seed)
     seed_everything(spec.seed)
     model, tokenizer = _head_model(spec, settings, "token")
     pad = tokenizer.pad_token_id
@@ -469,11 +470,11 @@ def train_reinforce(spec: TrainSpec, settings: Settings, progress: Progress | No
 
     from veriloop.llm.embedded import resolve_model
 
-    qrm_spec = spec.options.get("qrm")
+    config = ReinforceConfig.of(spec)
+    qrm_spec = config.qrm
     if not qrm_spec:
         raise ConfigError("train reinforce needs a Q-RM: --option qrm=checkpoint:ID (from `veriloop train qrm`)")
-    gen_tokens = int(spec.options.get("gen_tokens", 48))
-    temperature = float(spec.options.get("temperature", 1.0))
+    gen_tokens, temperature = config.gen_tokens, config.temperature
     rows = read_rows(spec, ("prompt",))
     seed_everything(spec.seed)
     policy, tokenizer = _causal_lm(spec, settings)

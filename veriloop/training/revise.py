@@ -37,6 +37,7 @@ from veriloop.training.common import (
     seed_everything,
     with_lora,
 )
+from veriloop.training.configs import ReviseStageConfig
 
 COLUMNS = ("prompt", "prefix", "chosen", "rejected")
 
@@ -66,8 +67,8 @@ def _logps(model: Any, items: Sequence[Encoded], pad_id: int) -> tuple[torch.Ten
 
 def train_sft_dpo(spec: TrainSpec, settings: Settings, progress: Progress | None = None) -> TrainResult:
     """One ReVISE stage on {prompt, prefix, chosen, rejected} rows; registers the merged checkpoint."""
-    beta = float(spec.options.get("beta", 0.1))
-    dpo_weight = float(spec.options.get("dpo_weight", 0.1))
+    options = ReviseStageConfig.of(spec)
+    beta, dpo_weight = options.beta, options.dpo_weight
     rows: list[Row] = read_rows(spec, COLUMNS)
     seed_everything(spec.seed)
     from transformers import AutoModelForCausalLM
@@ -76,7 +77,7 @@ def train_sft_dpo(spec: TrainSpec, settings: Settings, progress: Progress | None
     tokenizer = load_tokenizer(folder)
     model: Any = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     vocab = tokenizer.get_vocab()
-    names = [str(token) for token in spec.options.get("train_tokens", [])]
+    names = options.train_tokens
     unknown = [token for token in names if token not in vocab]
     if unknown:
         raise ConfigError(f"train_tokens {unknown} are not in the vocabulary of {folder}")

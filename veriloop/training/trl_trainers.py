@@ -32,14 +32,10 @@ from veriloop.training.common import (
     seed_everything,
     with_lora,
 )
+from veriloop.training.configs import DPOConfig, SFTConfig
 from veriloop.training.fused_loss import fused_causal_lm_loss, use_fused_loss
 
 TRL_DPO_LOSSES = ("sigmoid", "ipo")
-
-
-def _flag(value: Any) -> bool:
-    """A boolean option that may arrive as text from `--option KEY=VALUE`."""
-    return str(value).strip().lower() not in ("0", "false", "no", "off", "")
 
 
 def _dataset(rows: list[dict[str, Any]]) -> Any:
@@ -114,7 +110,8 @@ def train_dpo(spec: TrainSpec, settings: Settings, progress: Progress | None = N
     """DPO on TRL's DPOTrainer; the exported preference rows go in unchanged (extra columns included)."""
     trl = importlib.import_module("trl")
 
-    loss = str(spec.options.get("loss", "sigmoid"))
+    options = DPOConfig.of(spec)
+    loss = options.loss
     if loss not in TRL_DPO_LOSSES:
         raise ConfigError(f"TRL DPO loss {loss!r} is not one of {', '.join(TRL_DPO_LOSSES)}")
     rows = read_rows(spec, ("prompt", "chosen", "rejected"))
@@ -123,10 +120,10 @@ def train_dpo(spec: TrainSpec, settings: Settings, progress: Progress | None = N
     model = with_lora(model, spec, "CAUSAL_LM")
     config = trl.DPOConfig(
         **_common_args(spec, spec.learning_rate or (5e-5 if spec.lora else 5e-6)),
-        beta=float(spec.options.get("beta", 0.1)),
+        beta=options.beta,
         loss_type=[loss],
-        label_smoothing=float(spec.options.get("label_smoothing", 0.0)),
-        precompute_ref_log_probs=_flag(spec.options.get("precompute_ref", True)),
+        label_smoothing=options.label_smoothing,
+        precompute_ref_log_probs=options.precompute_ref,
     )
     trainer = _quiet(
         trl.DPOTrainer(
@@ -184,8 +181,9 @@ def train_sft(spec: TrainSpec, settings: Settings, progress: Progress | None = N
     seed_everything(spec.seed)
     model, tokenizer = _load_causal_lm(spec, settings)
     model = with_lora(model, spec, "CAUSAL_LM")
-    smoothing = float(spec.options.get("label_smoothing", 0.0))
-    fused = use_fused_loss(spec.options, smoothing)
+    options = SFTConfig.of(spec)
+    smoothing = options.label_smoothing
+    fused = use_fused_loss(options.model_dump(), smoothing)
     config = trl.SFTConfig(
         **_common_args(spec, spec.learning_rate or (1e-4 if spec.lora else 1e-5)),
         completion_only_loss=True,

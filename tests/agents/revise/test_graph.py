@@ -131,7 +131,7 @@ async def test_the_refinement_limit_caps_every_trajectory(settings: Settings, ta
     store, run, _ = env
     assert attempt.status == "failed"
     verify = [node for node in store.get_tree(run.id, task.id) if node.role == "verify"]
-    assert sorted((node.metadata["round"], node.metadata["decision"]) for node in verify) == [
+    assert sorted((node.metadata["turn"], node.metadata["decision"]) for node in verify) == [
         (0, REFINE_TOKEN), (0, REFINE_TOKEN), (1, EOS_TOKEN), (1, EOS_TOKEN)
     ]  # fmt: skip
 

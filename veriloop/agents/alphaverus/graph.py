@@ -33,7 +33,7 @@ from veriloop.agents.alphaverus.prompts import explore_messages, fix_messages
 from veriloop.agents.alphaverus.state import AlphaVerusOptions, SuiteState
 from veriloop.agents.context import AgentContext
 from veriloop.llm.codeblocks import CLOSING_FENCE
-from veriloop.records import Node, Task
+from veriloop.records import STEP_KEY, Node, Task
 from veriloop.search.budget import Budget, Spend
 from veriloop.search.engine import SearchConfig, SearchKind, SearchOutcome, run_search
 from veriloop.search.score import scorer_for
@@ -129,7 +129,7 @@ async def explore(state: SuiteState, runtime: Runtime[LoopContext]) -> dict[str,
             problem, ctx.agent.backend, ctx.agent.store, run_id=ctx.agent.run.id, task_id=task_id,
             config=ctx.config("best_of_n", ctx.options.explore_samples, 1),
             search_id=search_id(ctx.agent.run.id, task_id, k, "explore"),
-            metadata={"phase": "explore", "iteration": k, "few_shot": len(solved)},
+            metadata={"phase": "explore", STEP_KEY: k, "few_shot": len(solved)},
         )  # fmt: skip
 
     outcomes = await ctx.each(todo, one)
@@ -181,7 +181,7 @@ async def tree(state: SuiteState, runtime: Runtime[LoopContext]) -> dict[str, An
             problem, ctx.agent.backend, ctx.agent.store, run_id=ctx.agent.run.id, task_id=task_id,
             config=ctx.config(ctx.options.search, ctx.options.width, ctx.options.depth),
             search_id=search_id(ctx.agent.run.id, task_id, k, "tree"), parent=parent,
-            metadata={"phase": "tree", "iteration": k, "few_shot": len(errors)},
+            metadata={"phase": "tree", STEP_KEY: k, "few_shot": len(errors)},
         )  # fmt: skip
         return outcome, parent
 

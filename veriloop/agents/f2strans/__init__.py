@@ -10,7 +10,9 @@ SFT rows and style preference pairs; `training.py` trains one round, functionali
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
+from veriloop.agents.base import OnAttempt
 from veriloop.agents.checkpoint import CheckpointedAgent
 from veriloop.agents.context import AgentContext
 from veriloop.agents.f2strans.graph import run_episode
@@ -34,3 +36,15 @@ class F2STransAgent(CheckpointedAgent[F2STransOptions]):
         except ConfigError as exc:  # the task lacks this direction: recorded, the suite goes on
             failed = Attempt(run_id=ctx.run.id, task_id=task.id, status="error", error=str(exc))
             return await asyncio.to_thread(ctx.store.add_attempt, failed)
+
+    async def train(
+        self, tasks: Sequence[Task], ctx: AgentContext, on_attempt: OnAttempt | None = None
+    ) -> list[Attempt]:
+        """Translate the tasks, then one round on every translation the run stored: functional SFT, style DPO."""
+        from veriloop.agents.f2strans.training import train_on_run
+        from veriloop.agents.runner import suite_of
+
+        attempts = await self.run_suite(tasks, ctx, on_attempt)
+        everything = suite_of(ctx.run, ctx.settings).tasks  # a resumed run trains on the tasks solved before too
+        await asyncio.to_thread(train_on_run, ctx.settings, ctx.store, ctx.run, everything, self.options)
+        return attempts

@@ -29,7 +29,18 @@ from veriloop.agents.context import AgentContext
 from veriloop.agents.f2strans import prompts
 from veriloop.agents.f2strans.state import F2STransOptions, TranslationState
 from veriloop.agents.f2strans.style import style_score
-from veriloop.records import Attempt, Completion, ExecResult, ExecStatus, Exemplar, Message, Node, SamplingParams, Task
+from veriloop.records import (
+    STEP_KEY,
+    Attempt,
+    Completion,
+    ExecResult,
+    ExecStatus,
+    Exemplar,
+    Message,
+    Node,
+    SamplingParams,
+    Task,
+)
 from veriloop.sandbox import default_limits
 from veriloop.sandbox.languages import harness_job
 from veriloop.tasks.transcoder import Translation, fill_slot, translation
@@ -118,7 +129,7 @@ async def check(state: TranslationState, runtime: Runtime[Deps]) -> dict[str, An
             metadata={
                 "source_language": item.source_language,
                 "target_language": item.target_language,
-                "turn": turn,
+                STEP_KEY: turn,
                 "style": style.as_dict(),
             },
         )

@@ -14,8 +14,8 @@ from veriloop.tasks.transcoder import EXTENSIONS
 class F2STransOptions(CheckpointedOptions):
     """One direction of translation, the repair budget and the sampling of the first turn."""
 
-    source: str = Field("cpp", description="Language translated from (--from): cpp, java, python, c, go, rust.")
-    target: str = Field("python", description="Language translated to (--to); its test program judges.")
+    source: str = Field("cpp", description="Language translated from: cpp, java, python, c, go, rust.")
+    target: str = Field("python", description="Language translated to; its test program judges.")
     turns: int = Field(3, ge=1, le=10, description="k: translate once, then repair with test feedback up to k-1 times.")
     samples: int = Field(1, ge=1, le=16, description="Candidates drawn in the first turn; repairs continue the best.")
     temperature: float = Field(
@@ -24,6 +24,13 @@ class F2STransOptions(CheckpointedOptions):
     max_tokens: int = Field(384, ge=16, le=4096, description="New tokens per reply at most.")
     seed: int = Field(0, description="Sampling seed of the first turn.")
     linter: bool = Field(True, description="Lint every candidate for its style score (ruff, gcc, javac).")
+    # training: one F2STrans round on this run's translations (`training.train_on_run`)
+    train: bool = Field(
+        False, description="Then train one round on this run: functional SFT, then style DPO (sample several)."
+    )
+    sft_steps: int = Field(30, ge=1, description="Functional SFT steps (train).")
+    dpo_steps: int = Field(20, ge=1, description="Style DPO steps (train).")
+    lora: bool = Field(False, description="Train LoRA adapters (merged on save) instead of every weight (train).")
 
     @model_validator(mode="after")
     def _direction(self) -> F2STransOptions:
@@ -31,7 +38,7 @@ class F2STransOptions(CheckpointedOptions):
             if side not in EXTENSIONS:
                 raise ConfigError(f"unknown language {side!r}; choose one of: {', '.join(EXTENSIONS)}")
         if self.source == self.target:
-            raise ConfigError("--from and --to must differ")
+            raise ConfigError("source and target languages must differ")
         return self
 
 

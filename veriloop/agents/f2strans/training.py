@@ -6,11 +6,16 @@ from the SFT checkpoint (`checkpoint:ID`) and its reference model is that checkp
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from veriloop.agents.f2strans.state import F2STransOptions
 from veriloop.config import Settings
+from veriloop.records import Run, Task
+from veriloop.store import TrajectoryStore
 from veriloop.store.exports import Row, write_rows
 from veriloop.training import train
 from veriloop.training.common import Progress, TrainSpec
@@ -81,3 +86,30 @@ def train_round(
 def _losses(metrics: dict[str, Any]) -> dict[str, Any]:
     keys = ("loss_first", "loss_last", "reward_accuracy_last", "reward_margin_last")
     return {key: metrics[key] for key in keys if key in metrics}
+
+
+def train_on_run(
+    settings: Settings, store: TrajectoryStore, run: Run, tasks: Sequence[Task], options: F2STransOptions
+) -> dict[str, Any]:
+    """One round on a finished run's stored translations (what `train=True` does after solving).
+
+    The checkpoints are registered; their ids and the next command go to stderr (a worker's log).
+    """
+    from veriloop.agents.f2strans.data import functional_rows, nodes_of_runs, style_rows
+    from veriloop.training.common import stderr_progress
+
+    nodes = nodes_of_runs(store, [run.id])
+    sft = functional_rows(tasks, options.source, options.target, nodes)
+    pairs = style_rows(tasks, options.source, options.target, nodes, linter=options.linter)
+    print(f"training: {len(sft)} functional rows, {len(pairs)} style pairs", file=sys.stderr)
+    folder = settings.paths.home / "checkpoints" / f"f2strans-{run.id[:12]}"
+    spec = RoundSpec(sft_steps=options.sft_steps, dpo_steps=options.dpo_steps, lora=options.lora, seed=options.seed)
+    report = train_round(settings, sft, pairs, folder, spec, progress=stderr_progress)
+    for stage in ("sft", "dpo"):
+        if stage in report:
+            print(f"{stage}: {report[stage]['model']}", file=sys.stderr)
+    if not pairs:
+        print("dpo: skipped (no style pairs: sample more candidates, e.g. --samples 4 --temperature 0.8)",
+              file=sys.stderr)  # fmt: skip
+    print(f"use it with: veriloop --model {report['model']} run f2strans ...", file=sys.stderr)
+    return report

@@ -74,8 +74,14 @@ class MuCodeAgent(Agent[MuCodeOptions]):
     async def run_suite(
         self, tasks: Sequence[Task], ctx: AgentContext, on_attempt: OnAttempt | None = None
     ) -> list[Attempt]:
-        if not self.options.train:
-            return await super().run_suite(tasks, ctx, on_attempt)
+        if self.options.train:  # the runner calls `train` itself; this keeps direct callers' behaviour
+            return await self.train(tasks, ctx, on_attempt)
+        return await super().run_suite(tasks, ctx, on_attempt)
+
+    async def train(
+        self, tasks: Sequence[Task], ctx: AgentContext, on_attempt: OnAttempt | None = None
+    ) -> list[Attempt]:
+        """Algorithm 1 (expert iteration) on the tasks instead of solving them; one Attempt per task."""
         from veriloop.agents.mucode.training import expert_iteration
 
         result: list[Attempt] = await expert_iteration(self.options, tasks, ctx, on_attempt)

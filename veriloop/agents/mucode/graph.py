@@ -26,7 +26,7 @@ from veriloop.agents.context import AgentContext
 from veriloop.agents.mucode import prompts
 from veriloop.agents.mucode.state import MuCodeOptions, MuCodeState, Played, Sample
 from veriloop.llm.codeblocks import CLOSING_FENCE
-from veriloop.records import ExecResult, Node, SamplingParams, Task, new_id
+from veriloop.records import STEP_KEY, ExecResult, Node, SamplingParams, Task, new_id
 from veriloop.sandbox import default_limits
 from veriloop.sandbox.languages import python_tests_job
 
@@ -109,7 +109,7 @@ async def generate(state: MuCodeState, runtime: Runtime[Deps]) -> dict[str, Any]
     messages = prompts.turn_messages(task, [step.exchange for step in played], options.history)
     temperature = options.first_temperature() if turn == 1 else options.later_temperature()
     params = SamplingParams(
-        n=options.n,
+        n=options.samples,
         temperature=temperature,
         max_tokens=options.max_tokens,
         stop=[CLOSING_FENCE],
@@ -141,7 +141,7 @@ async def select(state: MuCodeState, runtime: Runtime[Deps]) -> dict[str, Any]:
         scores = await deps.verifier.score(task, [prompts.as_reply(sample.code) for sample in samples])
         for sample, value in zip(samples, scores, strict=True):
             sample.verifier = value
-    rule = options.select
+    rule = options.selection
     for sample, value in zip(samples, selection_scores(samples, rule), strict=True):
         sample.score = value
     rng = random.Random(stable_seed("select", options.seed, task.id, state.get("rollout", 0), turn))
@@ -161,7 +161,7 @@ async def select(state: MuCodeState, runtime: Runtime[Deps]) -> dict[str, Any]:
             exec_result=sample.public,
             score=sample.score,
             metadata={
-                "turn": turn,
+                STEP_KEY: turn,
                 "candidate": position,
                 "rollout": state.get("rollout", 0),
                 "tests": "public",
@@ -210,7 +210,7 @@ async def final(state: MuCodeState, runtime: Runtime[Deps]) -> dict[str, Any]:
             code=chosen.code,
             exec_result=result,
             score=1.0 if result.passed else 0.0,
-            metadata={"turn": state["turn"], "rollout": state.get("rollout", 0), "tests": "public+private"},
+            metadata={STEP_KEY: state["turn"], "rollout": state.get("rollout", 0), "tests": "public+private"},
         )
     )
     exchange = prompts.Exchange(

@@ -12,7 +12,7 @@ import operator
 from dataclasses import dataclass, field
 from typing import Annotated, Literal, Self, TypedDict
 
-from pydantic import Field, model_validator
+from pydantic import AliasChoices, Field, model_validator
 
 from veriloop.agents.base import AgentOptions
 from veriloop.agents.mucode.prompts import Exchange
@@ -26,8 +26,18 @@ class MuCodeOptions(AgentOptions):
     """Inference (multi-turn best-of-N) and training (expert iteration) knobs, as `veriloop run mucode` takes them."""
 
     turns: int = Field(3, ge=1, le=10, description="Turns per episode at most (the paper uses 3).")
-    n: int = Field(1, ge=1, le=64, description="Candidates sampled per turn (multi-turn best-of-N).")
-    select: Selection = Field("pt", description="How a turn's candidate is chosen: pt, lv, pt+lv or random.")
+    samples: int = Field(
+        1,
+        ge=1,
+        le=64,
+        validation_alias=AliasChoices("samples", "n"),
+        description="Candidates sampled per turn (multi-turn best-of-N).",
+    )
+    selection: Selection = Field(
+        "pt",
+        validation_alias=AliasChoices("selection", "select"),
+        description="How a turn's candidate is chosen: public tests, learned verifier, both, or at random.",
+    )
     verifier_model: str | None = Field(None, description="Learned verifier for lv/pt+lv: checkpoint:ID or a folder.")
     temperature: float | None = Field(
         None, ge=0.0, le=2.0, description="First-turn sampling temperature; None: greedy for n=1, else 0.7."
@@ -55,14 +65,24 @@ class MuCodeOptions(AgentOptions):
 
     @model_validator(mode="after")
     def _verifier_for_lv(self) -> Self:
-        if self.select in ("lv", "pt+lv") and not self.verifier_model and not self.train:
-            raise ValueError(f"--select {self.select} needs --verifier-model checkpoint:ID (a trained verifier)")
+        if self.selection in ("lv", "pt+lv") and not self.verifier_model and not self.train:
+            raise ValueError(f"--selection {self.selection} needs --verifier-model checkpoint:ID (a trained verifier)")
         return self
+
+    @property
+    def n(self) -> int:
+        """The old name of `samples` (stored runs and API clients may still send `n`)."""
+        return self.samples
+
+    @property
+    def select(self) -> Selection:
+        """The old name of `selection` (stored runs and API clients may still send `select`)."""
+        return self.selection
 
     def first_temperature(self) -> float:
         if self.temperature is not None:
             return self.temperature
-        return 0.0 if self.n == 1 else 0.7
+        return 0.0 if self.samples == 1 else 0.7
 
     def later_temperature(self) -> float:
         return self.repair_temperature if self.repair_temperature is not None else self.first_temperature()

@@ -117,8 +117,8 @@ async def rollouts(
     """`options.rollouts` sampled episodes per task with the context's backend (the current generator)."""
     rollout_options = options.model_copy(
         update={
-            "n": 1,
-            "select": "pt",
+            "samples": 1,
+            "selection": "pt",
             "temperature": options.rollout_temperature,
             "repair_temperature": None,
             "seed": options.seed + 1000 * iteration,

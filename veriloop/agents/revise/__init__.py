@@ -6,6 +6,10 @@ preference data (verify, then correct) from stored runs and trains it.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
+
+from veriloop.agents.base import OnAttempt
 from veriloop.agents.checkpoint import CheckpointedAgent
 from veriloop.agents.context import AgentContext
 from veriloop.agents.revise.graph import solve
@@ -32,3 +36,15 @@ class ReviseAgent(CheckpointedAgent[ReviseOptions]):
     async def solve(self, task: Task, ctx: AgentContext) -> Attempt:
         async with self.checkpointer(ctx) as saver:
             return await solve(task, ctx, self.options, saver)
+
+    async def train(
+        self, tasks: Sequence[Task], ctx: AgentContext, on_attempt: OnAttempt | None = None
+    ) -> list[Attempt]:
+        """Sample the tasks, then the two-stage curriculum on every trajectory the run stored."""
+        from veriloop.agents.revise.curriculum import train_on_run
+        from veriloop.agents.runner import suite_of
+
+        attempts = await self.run_suite(tasks, ctx, on_attempt)
+        everything = suite_of(ctx.run, ctx.settings).tasks  # a resumed run trains on the tasks solved before too
+        await asyncio.to_thread(train_on_run, ctx.settings, ctx.store, ctx.run, everything, self.options)
+        return attempts

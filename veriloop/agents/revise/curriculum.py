@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from veriloop.agents.revise.prompts import DECISION_TOKENS, EOS_TOKEN, REFINE_TOKEN, attempt_segment, gold_segment
+from veriloop.agents.revise.state import ReviseOptions
 from veriloop.config import Settings
-from veriloop.records import Node, Task
+from veriloop.errors import ConfigError
+from veriloop.records import Node, Run, Task
 from veriloop.store import TrajectoryStore
 from veriloop.store.exports import Row, content_hash, write_rows
 from veriloop.training.common import Progress, TrainResult, TrainSpec
@@ -206,6 +208,35 @@ def run_curriculum(
                                    "path": result.path, "metrics": result.metrics}  # fmt: skip
         base = result.path
     report["model"] = base
+    return report
+
+
+def train_on_run(
+    settings: Settings, store: TrajectoryStore, run: Run, tasks: Sequence[Task], options: ReviseOptions
+) -> dict[str, Any]:
+    """Both stages on a finished run's stored attempts (what `train=True` does after solving), from the run's model.
+
+    The checkpoints are registered; their ids and the next command go to stderr (a worker's log).
+    """
+    import sys
+
+    from veriloop.training.common import stderr_progress
+
+    spec = CurriculumSpec(
+        base=run.model or settings.llm.model,
+        out=settings.paths.home / "checkpoints" / f"revise-{run.id[:12]}",
+        steps=options.stage_steps,
+        lora=options.lora,
+        options={"run_id": run.id},
+    )
+    try:
+        report = run_curriculum(settings, store, [run.id], {task.id: task for task in tasks}, spec, stderr_progress)
+    except ValueError as error:
+        raise ConfigError(f"ReVISE training: {error}") from None
+    for stage in ("stage1", "stage2"):
+        entry = report[stage]
+        print(f"{stage}: {entry['rows']} rows {entry['kinds']} -> checkpoint:{entry['model_id']}", file=sys.stderr)
+    print(f"use it with: veriloop --model checkpoint:{report['stage2']['model_id']} run revise ...", file=sys.stderr)
     return report
 
 

@@ -35,7 +35,7 @@ from veriloop.agents.revise import prompts
 from veriloop.agents.revise.state import ReviseOptions, ReviseState, Trajectory
 from veriloop.errors import ConfigError
 from veriloop.llm.codeblocks import CLOSING_FENCE
-from veriloop.records import Attempt, Completion, Message, Node, SamplingParams, Task
+from veriloop.records import STEP_KEY, Attempt, Completion, Message, Node, SamplingParams, Task
 
 
 @runtime_checkable
@@ -132,7 +132,7 @@ async def _record_attempts(deps: Deps, trajectories: Sequence[Trajectory], compl
                 code=code,
                 exec_result=result,
                 score=share_passed(result),
-                metadata={"trajectory": trajectory.index, "round": trajectory.rounds},
+                metadata={"trajectory": trajectory.index, STEP_KEY: trajectory.rounds},
             ),
         )
         trajectory.attempt_ids.append(node.id)
@@ -178,7 +178,7 @@ async def verify(state: ReviseState, runtime: Runtime[Deps]) -> dict[str, Any]:
                 score=p_eos,
                 metadata={
                     "trajectory": trajectory.index,
-                    "round": trajectory.rounds - 1,
+                    STEP_KEY: trajectory.rounds - 1,
                     "p_eos": p_eos,
                     "p_refine": p_refine,
                     "decision": decision,

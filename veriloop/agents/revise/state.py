@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal, TypedDict
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from veriloop.agents.checkpoint import CheckpointedOptions
 
@@ -25,6 +25,17 @@ class ReviseOptions(CheckpointedOptions):
     )
     max_tokens: int = Field(320, ge=16, le=4096, description="New tokens per attempt at most.")
     seed: int = Field(0, description="Base seed; each task, trajectory and round derives its own.")
+    # training: the two-stage curriculum on this run's trajectories (`curriculum.train_on_run`)
+    train: bool = Field(False, description="Then train the curriculum (verify, then correct) on this run's attempts.")
+    stage_steps: tuple[int, int] = Field((20, 20), description="Optimiser steps of stage 1 and stage 2 (train).")
+    lora: bool = Field(False, description="Train LoRA adapters (merged on save) instead of every weight (train).")
+
+    @field_validator("stage_steps")
+    @classmethod
+    def _positive_steps(cls, steps: tuple[int, int]) -> tuple[int, int]:
+        if min(steps) < 1:
+            raise ValueError("each stage needs at least 1 step")
+        return steps
 
 
 class Trajectory(BaseModel):
