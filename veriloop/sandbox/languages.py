@@ -244,14 +244,23 @@ def stand_ins(lang: Language, program: str) -> dict[str, str]:
 PLACEHOLDERS = ("//TOFILL", "#TOFILL", "// TOFILL", "# TOFILL", "{{candidate}}")
 
 
-def harness_job(name: str, toolchain: Toolchain, code: str, harness: str, *, limits: Limits | None = None) -> Job:
+def harness_job(
+    name: str,
+    toolchain: Toolchain,
+    code: str,
+    harness: str,
+    *,
+    limits: Limits | None = None,
+    trust_program_output: bool = False,
+) -> Job:
     """(c) A test program for the language with the candidate pasted in at its placeholder line.
 
     The program reports `VERILOOP-TEST <name> PASS|FAIL [message]` lines, or TransCoder's `#Results: X, Y`. Where
     the candidate could print those itself, it is not trusted with them: a Python test program runs in the judge
-    with the candidate's functions behind proxies (harness_py), a C++ or Java one with a reference `f_gold` is split
-    into a candidate side that only records values and a trusted side that compares them (split.py). Other languages
-    still run as one program (see docs/sandbox.md).
+    with the candidate's functions behind proxies (harness_py); one in another language with a reference `f_gold`
+    that returns a value is split into a candidate side that only records values and a trusted side that compares
+    them (split.py). Any other test program is refused (ConfigError) unless `trust_program_output` is set: then it
+    runs as one program and its output, which the candidate can forge, is the verdict (see docs/sandbox.md).
     """
     lang, limits = language(name), limits or Limits()
     if lang.name == "python":
@@ -260,8 +269,15 @@ def harness_job(name: str, toolchain: Toolchain, code: str, harness: str, *, lim
             files={"main.py": JUDGE_MAIN, harness_py.SOLUTION: code}, steps=[_judge_step(toolchain, "program", harness,
             None)], limits=limits, language=lang.name, checks=Checks(kind="harness"),
         )  # fmt: skip
-    if split.splittable(lang.name, harness):
+    why = split.refusal(lang.name, harness)
+    if why is None:
         return _split_job(lang, toolchain, code, harness, limits)
+    if not trust_program_output:
+        raise ConfigError(
+            f"this {lang.name} test program cannot be judged without trusting its output, which the candidate can "
+            f"forge: {why}. Give it a reference `f_gold` that returns a value before its TOFILL line, or pass "
+            "trust_program_output=True to accept a verdict the candidate could print itself"
+        )
     program = None
     for marker in PLACEHOLDERS:
         if marker in harness:
