@@ -64,7 +64,12 @@ static std::string vl_next(char *tag) {
     static char line[1 << 16];
     vl_calls++;
     while (std::fgets(line, sizeof line, stdin)) {
-        if (std::strncmp(line, "@@VL@@ ", 7) != 0 || line[7] == 0 || line[8] != ' ') continue;
+        bool whole = std::strchr(line, '\n') != nullptr || std::feof(stdin);
+        if (std::strncmp(line, "@@VL@@ ", 7) != 0 || line[7] == 0 || line[8] != ' ') {
+            while (!whole && std::fgets(line, sizeof line, stdin)) whole = std::strchr(line, '\n') != nullptr;
+            continue;
+        }
+        if (!whole) vl_fail("a record longer than the trusted side reads");
         *tag = line[7];
         std::string payload(line + 9);
         while (!payload.empty() && (payload.back() == '\n' || payload.back() == '\r')) payload.pop_back();

@@ -66,7 +66,12 @@ static _Noreturn void vl_fail(const char *why) {
 static void vl_next(void) {
     vl_calls++;
     while (fgets(vl_line, sizeof vl_line, stdin)) {
-        if (strncmp(vl_line, "@@VL@@ ", 7) != 0 || vl_line[7] == 0 || (vl_line[8] != ' ' && vl_line[8] != '\n')) continue;
+        int whole = strchr(vl_line, '\n') != NULL || feof(stdin);
+        if (strncmp(vl_line, "@@VL@@ ", 7) != 0 || vl_line[7] == 0 || (vl_line[8] != ' ' && vl_line[8] != '\n')) {
+            while (!whole && fgets(vl_line, sizeof vl_line, stdin)) whole = strchr(vl_line, '\n') != NULL;
+            continue;
+        }
+        if (!whole) vl_fail("a record longer than the trusted side reads");
         vl_tag = vl_line[7];
         vl_text = vl_line[8] == ' ' ? vl_line + 9 : vl_line + 8;
         vl_text[strcspn(vl_text, "\r\n")] = 0;
