@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -175,17 +176,34 @@ def stdio_job(
 
 
 def python_tests_job(
-    toolchain: Toolchain, code: str, tests: str, *, entry_point: str | None = None, limits: Limits | None = None
+    toolchain: Toolchain,
+    code: str,
+    tests: str,
+    *,
+    entry_point: str | None = None,
+    limits: Limits | None = None,
+    helpers: str | None = None,
 ) -> Job:
-    """(a) A Python solution plus assert-style tests (HumanEval `check(candidate)` or MBPP asserts)."""
+    """(a) A Python solution plus assert-style tests (HumanEval `check(candidate)` or MBPP asserts).
+
+    `helpers` is the task's own code (its prompt): the functions and classes it defines, other than the entry point,
+    are defined in the judge from it, so the tests call the task's `poly` (HumanEval/32), not the candidate's.
+    """
     limits = limits or Limits()
     try:
         expected = harness_py.count_tests(tests, entry_point)
     except SyntaxError as exc:
         raise ConfigError(f"the tests do not parse: {exc}") from None
+    stdin = tests
+    if helpers is not None:
+        try:
+            harness_py.helper_nodes(helpers, entry_point)
+        except SyntaxError as exc:
+            raise ConfigError(f"the task's helper code does not parse: {exc}") from None
+        stdin = json.dumps({"tests": tests, "helpers": helpers})
+    step = _judge_step(toolchain, "asserts", stdin, entry_point, helpers=helpers is not None)
     return Job(
-        files={"main.py": JUDGE_MAIN, harness_py.SOLUTION: code},
-        steps=[_judge_step(toolchain, "asserts", tests, entry_point)], limits=limits, language="python",
+        files={"main.py": JUDGE_MAIN, harness_py.SOLUTION: code}, steps=[step], limits=limits, language="python",
         checks=Checks(kind="python_asserts", expected_tests=expected),
     )  # fmt: skip
 
@@ -195,8 +213,8 @@ def python_tests_job(
 JUDGE_MAIN = "import sys\nimport harness_py\n\nsys.exit(harness_py.main(sys.argv))\n"
 
 
-def _judge_step(toolchain: Toolchain, mode: str, tests: str, entry_point: str | None) -> Step:
-    argv = [_tool(toolchain, "python"), "main.py", mode, entry_point or ""]
+def _judge_step(toolchain: Toolchain, mode: str, tests: str, entry_point: str | None, *, helpers: bool = False) -> Step:
+    argv = [_tool(toolchain, "python"), "main.py", mode, entry_point or "", *(["helpers"] if helpers else [])]
     return Step(name="tests", argv=argv, python=True, judge=True, stdin=tests)
 
 
