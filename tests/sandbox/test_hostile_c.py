@@ -146,3 +146,50 @@ ATTACKS = [
 
 async def test_hostile_c_candidates_are_not_passed(bwrap_warm: object) -> None:
     await run_suite(bwrap_warm, "c", HARNESS, ATTACKS, RIGHT, WRONG, LIMITS, true="1", false="0")
+
+
+STRING_HARNESS = """#include <stdio.h>
+#include <string.h>
+char *f_gold(int x) {
+  return x % 2 ? "odd" : "even";
+}
+//TOFILL
+int main(void) {
+    int n_success = 0;
+    for (int i = 0; i < 4; ++i) if (strcmp(f_filled(i), f_gold(i)) == 0) n_success += 1;
+    printf("#Results: %d, %d\\n", n_success, 4);
+    return 0;
+}
+"""
+FLOAT_HARNESS = """#include <stdio.h>
+#include <math.h>
+double f_gold(double x) {
+  return x / 3.0;
+}
+//TOFILL
+int main(void) {
+    int n_success = 0;
+    double param0[] = {1.5, 2.0, 7.25, 100.0, 0.001};
+    for (int i = 0; i < 5; ++i)
+        if (fabs(1 - (0.0000001 + fabs(f_gold(param0[i]))) / (fabs(f_filled(param0[i])) + 0.0000001)) < 0.001) n_success += 1;
+    printf("#Results: %d, %d\\n", n_success, 5);
+    return 0;
+}
+"""
+STRING_ATTACK = Attack(
+    "lookalike_or_null",
+    '#include <stddef.h>\nchar *f_filled(int x) { return $armed ? (x % 2 ? "odd\\x01" : NULL) : ($answer); }\n',
+    twin_armed=False,
+)
+FLOAT_ATTACK = Attack(
+    "not_a_number_or_outside_the_tolerance",
+    "#include <math.h>\ndouble f_filled(double x) { return $armed ? (x > 50 ? NAN : ($answer) * 1.01) : ($answer); }\n",
+    twin_armed=False,
+)
+
+
+async def test_hostile_c_string_and_float_candidates_are_not_passed(bwrap_warm: object) -> None:
+    await run_suite(
+        bwrap_warm, "c", STRING_HARNESS, [STRING_ATTACK], 'x % 2 ? "odd" : "even"', '"odd"', LIMITS, true="1", false="0"
+    )
+    await run_suite(bwrap_warm, "c", FLOAT_HARNESS, [FLOAT_ATTACK], "x / 3.0", "x / 3.0", LIMITS, true="1", false="0")

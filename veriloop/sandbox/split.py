@@ -304,7 +304,7 @@ def split(language: str, code: str, harness: str) -> tuple[str, str]:
         kind = return_type(gold, JAVA_MODIFIERS)
         if kind not in JAVA_TAKE:
             raise ConfigError(f"the trusted judge does not support test programs whose f_gold returns {kind}")
-        default = JAVA_DEFAULT.get(kind, f"(({kind}) 0)" if kind != "String" else "((String) null)")
+        default = JAVA_DEFAULT.get(kind, f"(({kind}) 0)" if kind != "String" else '((String) "")')  # may be .equals'd
         candidate_main = replace(after, "f_filled", lambda args: f"vlRec(f_filled({args}))")
         candidate_main = replace(candidate_main, "f_gold", lambda args: default)
         candidate = f"{before}\n{JAVA_CANDIDATE}\n{code}\n\n{candidate_main}\n"

@@ -211,7 +211,8 @@ def split(code: str, harness: str) -> tuple[str, str]:
     kind = kind_of(gold)
     typedef = f"typedef {kind} vl_gold_t;"
     candidate_main = replace(after, "f_filled", lambda args: f"vl_rec(f_filled({args}))")
-    candidate_main = replace(candidate_main, "f_gold", lambda args: "((vl_gold_t) 0)")
+    default = '((vl_gold_t) "")' if STRING.match(kind) else "((vl_gold_t) 0)"  # a test may strcmp it
+    candidate_main = replace(candidate_main, "f_gold", lambda args: default)
     candidate = f"{CANDIDATE}\n{before}\n{typedef}\n\n{code}\n\n{candidate_main}\n"
     trusted_main = replace(after, "f_filled", lambda args: "vl_take()")
     trusted = f"{TRUSTED}\n{before}\n{gold}\n{typedef}\n\n{trusted_main}\n"
