@@ -7,10 +7,16 @@ program correct, e.g. printing fake verdict lines).
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 from string import Template
 
+import pytest
+
 from veriloop.records import ExecResult, ExecStatus
+from veriloop.sandbox import Limits
+from veriloop.sandbox import languages as langs
 
 
 @dataclass(frozen=True)
@@ -37,3 +43,35 @@ def assert_not_passed(result: ExecResult) -> None:
 def assert_passed(result: ExecResult) -> None:
     assert result.status is ExecStatus.PASSED, result
     assert result.tests and all(test.passed for test in result.tests), result
+
+
+async def run_suite(
+    sandbox: object,
+    language: str,
+    harness: str,
+    attacks: Sequence[Attack],
+    right: str,
+    wrong: str,
+    limits: Limits,
+    *,
+    true: str = "true",
+    false: str = "false",
+) -> None:
+    """Every attack's hostile candidate and honest twin in one batch (the warm pool runs them side by side); the
+    test names each attack that passed while wrong or failed while right."""
+    toolchain = sandbox.toolchain  # type: ignore[attr-defined]
+    if not langs.available(language, toolchain):
+        pytest.skip(f"the {language} toolchain is not installed here (scripts/setup-sandbox.sh installs it)")
+    jobs = []
+    for attack in attacks:
+        jobs.append(langs.harness_job(language, toolchain, attack.hostile(wrong, true), harness, limits=limits))
+        jobs.append(langs.harness_job(language, toolchain, attack.honest(right, true, false), harness, limits=limits))
+    results = await asyncio.gather(*[sandbox.run(job) for job in jobs])  # type: ignore[attr-defined]
+    wrongly = []
+    for index, attack in enumerate(attacks):
+        bad, good = results[2 * index], results[2 * index + 1]
+        if bad.status is ExecStatus.PASSED or (bad.tests and all(test.passed for test in bad.tests)):
+            wrongly.append(f"{attack.name}: the hostile candidate passed: {bad}")
+        if good.status is not ExecStatus.PASSED or not good.tests or not all(test.passed for test in good.tests):
+            wrongly.append(f"{attack.name}: the honest twin did not pass: {good}")
+    assert not wrongly, "\n".join(wrongly)

@@ -634,3 +634,56 @@ async def test_stdlib_dict_types_are_rebuilt_by_the_judge(bwrap_warm: object) ->
     )
     result = await bwrap_warm.run(langs.python_tests_job(bwrap_warm.toolchain, code, tests, limits=LIMITS))  # type: ignore[attr-defined]
     assert_passed(result)
+
+
+POLY_PROMPT = '''import math
+
+
+def poly(xs: list, x: float):
+    """Evaluates polynomial with coefficients xs at point x."""
+    return sum([coeff * math.pow(x, i) for i, coeff in enumerate(xs)])
+
+
+def find_zero(xs: list):
+    """xs are coefficients of a polynomial; find_zero returns one of its zeros."""
+'''
+POLY_TESTS = """
+METADATA = {}
+
+
+def check(candidate):
+    import math
+    assert math.fabs(poly([-6, 11, -6, 1], candidate([-6, 11, -6, 1]))) < 1e-4
+    assert math.fabs(poly([2, -3], candidate([2, -3]))) < 1e-4
+    assert math.fabs(poly([1, 2], candidate([1, 2]))) < 1e-4
+"""
+POLY_RIGHT = """
+def find_zero(xs: list):
+    low, high = -1.0, 1.0
+    while poly(xs, low) * poly(xs, high) > 0:
+        low, high = low * 2.0, high * 2.0
+    while high - low > 1e-10:
+        middle = (low + high) / 2.0
+        if poly(xs, middle) * poly(xs, low) > 0:
+            low = middle
+        else:
+            high = middle
+    return low
+"""
+POLY_REDEFINED = "\ndef poly(xs, x):\n    return 0.0\n\n\ndef find_zero(xs: list):\n    return 0.0\n"
+
+
+async def test_the_tests_call_the_tasks_own_helper_not_the_candidates(bwrap_warm: object) -> None:
+    """HumanEval/32: the tests call `poly`, defined in the prompt; a candidate that redefines it to return 0 passes
+    a judge that takes `poly` from the candidate, and fails one given the task's own code as `helpers`."""
+    toolchain = bwrap_warm.toolchain  # type: ignore[attr-defined]
+    jobs = [
+        langs.python_tests_job(
+            toolchain, POLY_PROMPT + code, POLY_TESTS, entry_point="find_zero", limits=LIMITS, helpers=helpers
+        )
+        for code, helpers in ((POLY_REDEFINED, POLY_PROMPT), (POLY_RIGHT, POLY_PROMPT), (POLY_REDEFINED, None))
+    ]
+    hostile, honest, without_helpers = [await bwrap_warm.run(job) for job in jobs]  # type: ignore[attr-defined]
+    assert_not_passed(hostile)
+    assert_passed(honest)
+    assert without_helpers.status is ExecStatus.PASSED  # the hole `helpers` closes

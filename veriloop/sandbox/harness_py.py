@@ -31,6 +31,7 @@ from typing import Any
 
 SOLUTION = "solution.py"
 TESTS = "tests.py"
+HELPERS = "task.py"
 STDIO = "_veriloop_stdio"
 """The judge's name for running the solution as `__main__` on a stdin (stdin/stdout tasks); ref 0 in the candidate."""
 RESULTS_FD = 4
@@ -81,6 +82,18 @@ def plan(tests: str, entry_point: str | None) -> tuple[list[ast.stmt], list[ast.
         setup = [node for node in tree.body if not is_check_call(node)]
         return setup, list(check.body), check.args.args[0].arg, entry
     return [], list(tree.body), None, None
+
+
+def helper_nodes(source: str, entry_point: str | None) -> list[ast.stmt]:
+    """The task's own definitions the judge makes itself: the imports, functions and classes of its code (the
+    prompt), less the entry point, which is the candidate's to write."""
+    tree = ast.parse(source)
+    definitions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    return [
+        node
+        for node in tree.body
+        if isinstance(node, ast.Import | ast.ImportFrom) or (isinstance(node, definitions) and node.name != entry_point)
+    ]
 
 
 def count_tests(tests: str, entry_point: str | None = None) -> int:
@@ -603,6 +616,10 @@ def main(argv: list[str]) -> int:
     _channel = Channel(pid, requests_w, answers_r)
     with open(0, "rb", closefd=False) as stdin:
         tests = stdin.read().decode("utf-8", "surrogateescape")
+    helpers: str | None = None
+    if len(argv) > 3 and argv[3] == "helpers":  # stdin is {"tests": ..., "helpers": the task's own code}
+        framed = json.loads(tests)
+        tests, helpers = str(framed["tests"]), str(framed["helpers"])
     results = Results(RESULTS_FD)
     try:
         ready = _channel.receive()
@@ -622,6 +639,13 @@ def main(argv: list[str]) -> int:
         value = _export(name, info, entry_point)
         if value is not _SKIP:
             namespace[name] = value
+    if helpers is not None:
+        try:
+            exec(compile(ast.Module(helper_nodes(helpers, entry_point), []), HELPERS, "exec"), namespace)
+        except Exception as exc:  # the task's own code: not the candidate's failure, but no verdict either
+            _channel.kill()
+            sys.stderr.write(f"the task's helper code failed in the judge: {type(exc).__name__}: {exc}\n")
+            return 1
     try:
         if mode == "program":
             return _run_program(tests, namespace, results)

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -175,17 +176,34 @@ def stdio_job(
 
 
 def python_tests_job(
-    toolchain: Toolchain, code: str, tests: str, *, entry_point: str | None = None, limits: Limits | None = None
+    toolchain: Toolchain,
+    code: str,
+    tests: str,
+    *,
+    entry_point: str | None = None,
+    limits: Limits | None = None,
+    helpers: str | None = None,
 ) -> Job:
-    """(a) A Python solution plus assert-style tests (HumanEval `check(candidate)` or MBPP asserts)."""
+    """(a) A Python solution plus assert-style tests (HumanEval `check(candidate)` or MBPP asserts).
+
+    `helpers` is the task's own code (its prompt): the functions and classes it defines, other than the entry point,
+    are defined in the judge from it, so the tests call the task's `poly` (HumanEval/32), not the candidate's.
+    """
     limits = limits or Limits()
     try:
         expected = harness_py.count_tests(tests, entry_point)
     except SyntaxError as exc:
         raise ConfigError(f"the tests do not parse: {exc}") from None
+    stdin = tests
+    if helpers is not None:
+        try:
+            harness_py.helper_nodes(helpers, entry_point)
+        except SyntaxError as exc:
+            raise ConfigError(f"the task's helper code does not parse: {exc}") from None
+        stdin = json.dumps({"tests": tests, "helpers": helpers})
+    step = _judge_step(toolchain, "asserts", stdin, entry_point, helpers=helpers is not None)
     return Job(
-        files={"main.py": JUDGE_MAIN, harness_py.SOLUTION: code},
-        steps=[_judge_step(toolchain, "asserts", tests, entry_point)], limits=limits, language="python",
+        files={"main.py": JUDGE_MAIN, harness_py.SOLUTION: code}, steps=[step], limits=limits, language="python",
         checks=Checks(kind="python_asserts", expected_tests=expected),
     )  # fmt: skip
 
@@ -195,8 +213,8 @@ def python_tests_job(
 JUDGE_MAIN = "import sys\nimport harness_py\n\nsys.exit(harness_py.main(sys.argv))\n"
 
 
-def _judge_step(toolchain: Toolchain, mode: str, tests: str, entry_point: str | None) -> Step:
-    argv = [_tool(toolchain, "python"), "main.py", mode, entry_point or ""]
+def _judge_step(toolchain: Toolchain, mode: str, tests: str, entry_point: str | None, *, helpers: bool = False) -> Step:
+    argv = [_tool(toolchain, "python"), "main.py", mode, entry_point or "", *(["helpers"] if helpers else [])]
     return Step(name="tests", argv=argv, python=True, judge=True, stdin=tests)
 
 
@@ -244,14 +262,23 @@ def stand_ins(lang: Language, program: str) -> dict[str, str]:
 PLACEHOLDERS = ("//TOFILL", "#TOFILL", "// TOFILL", "# TOFILL", "{{candidate}}")
 
 
-def harness_job(name: str, toolchain: Toolchain, code: str, harness: str, *, limits: Limits | None = None) -> Job:
+def harness_job(
+    name: str,
+    toolchain: Toolchain,
+    code: str,
+    harness: str,
+    *,
+    limits: Limits | None = None,
+    trust_program_output: bool = False,
+) -> Job:
     """(c) A test program for the language with the candidate pasted in at its placeholder line.
 
     The program reports `VERILOOP-TEST <name> PASS|FAIL [message]` lines, or TransCoder's `#Results: X, Y`. Where
     the candidate could print those itself, it is not trusted with them: a Python test program runs in the judge
-    with the candidate's functions behind proxies (harness_py), a C++ or Java one with a reference `f_gold` is split
-    into a candidate side that only records values and a trusted side that compares them (split.py). Other languages
-    still run as one program (see docs/sandbox.md).
+    with the candidate's functions behind proxies (harness_py); one in another language with a reference `f_gold`
+    that returns a value is split into a candidate side that only records values and a trusted side that compares
+    them (split.py). Any other test program is refused (ConfigError) unless `trust_program_output` is set: then it
+    runs as one program and its output, which the candidate can forge, is the verdict (see docs/sandbox.md).
     """
     lang, limits = language(name), limits or Limits()
     if lang.name == "python":
@@ -260,8 +287,15 @@ def harness_job(name: str, toolchain: Toolchain, code: str, harness: str, *, lim
             files={"main.py": JUDGE_MAIN, harness_py.SOLUTION: code}, steps=[_judge_step(toolchain, "program", harness,
             None)], limits=limits, language=lang.name, checks=Checks(kind="harness"),
         )  # fmt: skip
-    if split.splittable(lang.name, harness):
+    why = split.refusal(lang.name, harness)
+    if why is None:
         return _split_job(lang, toolchain, code, harness, limits)
+    if not trust_program_output:
+        raise ConfigError(
+            f"this {lang.name} test program cannot be judged without trusting its output, which the candidate can "
+            f"forge: {why}. Give it a reference `f_gold` that returns a value before its TOFILL line, or pass "
+            "trust_program_output=True to accept a verdict the candidate could print itself"
+        )
     program = None
     for marker in PLACEHOLDERS:
         if marker in harness:

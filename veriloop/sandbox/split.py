@@ -1,4 +1,4 @@
-"""Splitting a compiled-language test program (TransCoder's `f_filled` vs `f_gold`) into two programs.
+"""Splitting a test program (TransCoder's `f_filled` vs `f_gold`) into two programs.
 
 The *candidate side* is the test program without the reference: `f_gold` is gone (calls to it yield a default value)
 and every `f_filled(...)` call is wrapped so that its value is printed as one plain record
@@ -7,18 +7,19 @@ and every `f_filled(...)` call is wrapped so that its value is printed as one pl
 converted exactly to `f_gold`'s type for the same arguments (or the program stops with exit code 3), so the
 program's own comparison (floats with their tolerance, exactly as written) and its ``#Results`` line come from
 code the candidate never ran with. The two run one after the other in separate, fresh work dirs (runner.py's
-trusted phase); only the records cross.
+trusted phase); only the records cross. C++ and Java are here; C, Go, Rust and JavaScript in split_<language>.py.
 """
 
 # The C++ and Java sources below keep their own line lengths:
 # ruff: noqa: E501
 from __future__ import annotations
 
-import re
-
 from veriloop.errors import ConfigError
+from veriloop.sandbox import split_c, split_go, split_js, split_rust
+from veriloop.sandbox.split_text import SLOT, calls, parts, replace, return_type
 
-SLOT = "TOFILL"
+__all__ = ["BAD_VALUE_EXIT", "RECORD", "SLOT", "calls", "refusal", "split", "splittable"]
+
 RECORD = "@@VL@@"
 BAD_VALUE_EXIT = 3
 """The trusted side's exit code when a recorded value is missing or does not convert exactly."""
@@ -63,7 +64,12 @@ static std::string vl_next(char *tag) {
     static char line[1 << 16];
     vl_calls++;
     while (std::fgets(line, sizeof line, stdin)) {
-        if (std::strncmp(line, "@@VL@@ ", 7) != 0 || line[7] == 0 || line[8] != ' ') continue;
+        bool whole = std::strchr(line, '\n') != nullptr || std::feof(stdin);
+        if (std::strncmp(line, "@@VL@@ ", 7) != 0 || line[7] == 0 || line[8] != ' ') {
+            while (!whole && std::fgets(line, sizeof line, stdin)) whole = std::strchr(line, '\n') != nullptr;
+            continue;
+        }
+        if (!whole) vl_fail("a record longer than the trusted side reads");
         *tag = line[7];
         std::string payload(line + 9);
         while (!payload.empty() && (payload.back() == '\n' || payload.back() == '\r')) payload.pop_back();
@@ -261,132 +267,56 @@ JAVA_TAKE = {
 JAVA_DEFAULT = {"boolean": "false", "char": "'\\0'", "void": ""}
 JAVA_MODIFIERS = {"static", "public", "private", "protected", "final", "synchronized", "strictfp"}
 CPP_MODIFIERS = {"static", "inline", "constexpr"}
-SUPPORTED = ("cpp", "java")
+SUPPORTED = ("cpp", "java", "c", "go", "rust", "javascript")
+
+
+def refusal(language: str, harness: str) -> str | None:
+    """Why `split` cannot handle this test program (no `f_gold` before the slot, one that returns nothing or a type
+    the trusted side cannot rebuild, a language it does not know), or None when it can."""
+    if language not in SUPPORTED:
+        return f"the trusted judge does not split {language} test programs"
+    try:
+        split(language, "", harness)
+    except ConfigError as exc:
+        return str(exc)
+    return None
 
 
 def splittable(language: str, harness: str) -> bool:
-    """Whether `split` handles this test program: C++ or Java with a reference `f_gold` that returns a value."""
-    if language not in SUPPORTED:
-        return False
-    try:
-        _, gold, _ = _parts(harness)
-        kind = _return_type(gold, CPP_MODIFIERS if language == "cpp" else JAVA_MODIFIERS)
-    except ConfigError:
-        return False
-    return kind != "void" and (language == "cpp" or kind in JAVA_TAKE)
-
-
-def calls(text: str, name: str) -> list[tuple[int, int, str]]:
-    """(start, end, arguments) of each call `name(...)` in C-like source, skipping comments and literals."""
-    found: list[tuple[int, int, str]] = []
-    index, size = 0, len(text)
-    while index < size:
-        char = text[index]
-        if text.startswith("//", index):
-            index = text.find("\n", index)
-            index = size if index < 0 else index
-            continue
-        if text.startswith("/*", index):
-            close = text.find("*/", index + 2)
-            index = size if close < 0 else close + 2
-            continue
-        if char in "\"'":
-            index = _skip_literal(text, index)
-            continue
-        if (char.isalpha() or char == "_") and (
-            index == 0 or not (text[index - 1].isalnum() or text[index - 1] == "_")
-        ):
-            end = index
-            while end < size and (text[end].isalnum() or text[end] == "_"):
-                end += 1
-            if text[index:end] == name:
-                opening = end
-                while opening < size and text[opening] in " \t\r\n":
-                    opening += 1
-                if opening < size and text[opening] == "(":
-                    closing = _matching(text, opening)
-                    found.append((index, closing + 1, text[opening + 1 : closing]))
-                    index = closing + 1
-                    continue
-            index = end
-            continue
-        index += 1
-    return found
-
-
-def _skip_literal(text: str, index: int) -> int:
-    quote, index = text[index], index + 1
-    while index < len(text) and text[index] != quote:
-        index += 2 if text[index] == "\\" else 1
-    return index + 1
-
-
-def _matching(text: str, opening: int) -> int:
-    depth, index = 0, opening
-    while index < len(text):
-        char = text[index]
-        if char in "\"'":
-            index = _skip_literal(text, index)
-            continue
-        if char == "(":
-            depth += 1
-        elif char == ")":
-            depth -= 1
-            if depth == 0:
-                return index
-        index += 1
-    raise ConfigError("the test program has an unbalanced call")
-
-
-def _replace(text: str, name: str, make: object) -> str:
-    out, last = [], 0
-    for start, end, args in calls(text, name):
-        out += [text[last:start], make(args)]  # type: ignore[operator]
-        last = end
-    return "".join(out) + text[last:]
-
-
-def _parts(harness: str) -> tuple[str, str, str]:
-    """(before the gold function, the gold function up to the slot line, after the slot line)."""
-    lines = harness.splitlines()
-    slot = next((i for i, line in enumerate(lines) if SLOT in line), None)
-    start = next((i for i, line in enumerate(lines) if re.search(r"\bf_gold\b", line)), None)
-    if slot is None or start is None or start > slot:
-        raise ConfigError("the trusted judge needs a test program with a reference `f_gold` before its TOFILL slot")
-    return "\n".join(lines[:start]), "\n".join(lines[start:slot]), "\n".join(lines[slot + 1 :])
-
-
-def _return_type(gold: str, modifiers: set[str]) -> str:
-    head = gold.split("{", 1)[0]
-    match = re.search(r"^(.*?)\bf_gold\s*\(", head, re.DOTALL)
-    if match is None:
-        raise ConfigError("cannot read the return type of `f_gold`")
-    words = [word for word in match.group(1).split() if word not in modifiers]
-    return " ".join(words).strip() or "int"
+    """Whether `split` handles this test program: one with a reference `f_gold` that returns a value."""
+    return refusal(language, harness) is None
 
 
 def split(language: str, code: str, harness: str) -> tuple[str, str]:
-    """(candidate-side program, trusted-side program) for a TransCoder-style test program in C++ or Java."""
-    before, gold, after = _parts(harness)
+    """(candidate-side program, trusted-side program) for a TransCoder-style test program."""
+    before, gold, after = parts(harness)
     if language == "cpp":
-        kind = _return_type(gold, CPP_MODIFIERS)
+        kind = return_type(gold, CPP_MODIFIERS)
         if kind == "void":
             raise ConfigError("the trusted judge does not support test programs whose f_gold returns void")
-        candidate_main = _replace(after, "f_filled", lambda args: f"vl_rec(f_filled({args}))")
-        candidate_main = _replace(candidate_main, "f_gold", lambda args: "vl_gold_t{}")
+        candidate_main = replace(after, "f_filled", lambda args: f"vl_rec(f_filled({args}))")
+        candidate_main = replace(candidate_main, "f_gold", lambda args: "vl_gold_t{}")
         candidate = f"{CPP_CANDIDATE}\n{before}\ntypedef {kind} vl_gold_t;\n\n{code}\n\n{candidate_main}\n"
-        trusted_main = _replace(after, "f_filled", lambda args: f"vl_take<decltype(f_gold({args}))>()")
+        trusted_main = replace(after, "f_filled", lambda args: f"vl_take<decltype(f_gold({args}))>()")
         trusted = f"{CPP_TRUSTED}\n{before}\n{gold}\n\n{trusted_main}\n"
         return candidate, trusted
     if language == "java":
-        kind = _return_type(gold, JAVA_MODIFIERS)
+        kind = return_type(gold, JAVA_MODIFIERS)
         if kind not in JAVA_TAKE:
             raise ConfigError(f"the trusted judge does not support test programs whose f_gold returns {kind}")
-        default = JAVA_DEFAULT.get(kind, f"(({kind}) 0)" if kind != "String" else "((String) null)")
-        candidate_main = _replace(after, "f_filled", lambda args: f"vlRec(f_filled({args}))")
-        candidate_main = _replace(candidate_main, "f_gold", lambda args: default)
+        default = JAVA_DEFAULT.get(kind, f"(({kind}) 0)" if kind != "String" else '((String) "")')  # may be .equals'd
+        candidate_main = replace(after, "f_filled", lambda args: f"vlRec(f_filled({args}))")
+        candidate_main = replace(candidate_main, "f_gold", lambda args: default)
         candidate = f"{before}\n{JAVA_CANDIDATE}\n{code}\n\n{candidate_main}\n"
-        trusted_main = _replace(after, "f_filled", lambda args: f"{JAVA_TAKE[kind]}()")
+        trusted_main = replace(after, "f_filled", lambda args: f"{JAVA_TAKE[kind]}()")
         trusted = f"{before}\n{gold}\n{JAVA_TRUSTED}\n{trusted_main}\n"
         return candidate, trusted
+    if language == "c":
+        return split_c.split(code, harness)
+    if language == "go":
+        return split_go.split(code, harness)
+    if language == "rust":
+        return split_rust.split(code, harness)
+    if language == "javascript":
+        return split_js.split(code, harness)
     raise ConfigError(f"the trusted judge does not split {language} test programs")

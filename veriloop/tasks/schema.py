@@ -41,7 +41,9 @@ class TaskSpec(BaseModel):
     tests: str | None = Field(
         None,
         description="Python: asserts or a `check(candidate)` function. Other languages: a test program with a "
-        "TOFILL line where the candidate goes, printing `VERILOOP-TEST <name> PASS|FAIL` or `#Results: n, m`.",
+        "reference `f_gold` before the TOFILL line where the candidate's `f_filled` goes, printing "
+        "`VERILOOP-TEST <name> PASS|FAIL` or `#Results: n, m` (f_filled's values are compared with f_gold's "
+        "outside the candidate's process; a program without a value-returning f_gold is refused: docs/sandbox.md).",
     )
     public_tests: str | None = Field(None, description="The part of the tests the agent may see as feedback.")
     cases: list[IOCase] | None = Field(None, description="stdin/stdout tests (Python programs).")
