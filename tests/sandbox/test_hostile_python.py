@@ -687,3 +687,23 @@ async def test_the_tests_call_the_tasks_own_helper_not_the_candidates(bwrap_warm
     assert_not_passed(hostile)
     assert_passed(honest)
     assert without_helpers.status is ExecStatus.PASSED  # the hole `helpers` closes
+
+
+def test_prompt_helpers_are_code_prompts_that_define_the_entry_point() -> None:
+    assert langs.prompt_helpers(POLY_PROMPT, "find_zero") == POLY_PROMPT
+    assert langs.prompt_helpers("Write a function to find the shared elements of two lists.", "similar") is None
+    assert langs.prompt_helpers("import math\n\ndef other(x):\n    return x\n", "find_zero") is None
+    assert langs.prompt_helpers(POLY_PROMPT, None) is None
+
+
+async def test_the_tests_verifier_judges_with_the_tasks_own_helpers(bwrap_warm: object) -> None:
+    """The wiring: `veriloop exec`'s verifier (and the agents and the judge API, through the same helper) hand the
+    task's prompt to the judge, so a redefined `poly` fails through the verifier, not only through the job API."""
+    from veriloop.records import Candidate, Task
+    from veriloop.verifiers.tests import TestsVerifier
+
+    task = Task(id="HumanEval/32", suite="s", prompt=POLY_PROMPT, tests=POLY_TESTS, entry_point="find_zero")
+    verifier = TestsVerifier(bwrap_warm, limits=LIMITS)  # type: ignore[arg-type]
+    hostile = await verifier.verify(Candidate(task_id=task.id, code=POLY_PROMPT + POLY_REDEFINED), task)
+    honest = await verifier.verify(Candidate(task_id=task.id, code=POLY_PROMPT + POLY_RIGHT), task)
+    assert (hostile.status.value, honest.status.value) == ("failed", "verified"), (hostile, honest)

@@ -18,7 +18,7 @@ from veriloop.agents.context import AgentContext
 from veriloop.llm.codeblocks import CLOSING_FENCE, extract_code
 from veriloop.records import Attempt, ExecResult, Message, Node, SamplingParams, Task
 from veriloop.sandbox import default_limits
-from veriloop.sandbox.languages import python_tests_job
+from veriloop.sandbox.languages import prompt_helpers, python_tests_job
 
 PROMPT = (
     "Complete the following Python function. Reply with the whole function, imports included, "
@@ -51,8 +51,9 @@ def share_passed(result: ExecResult) -> float:
 async def check(task: Task, code: str, ctx: AgentContext) -> ExecResult:
     """Run the task's tests against `code` in the context's sandbox."""
     job = python_tests_job(
-        ctx.sandbox.toolchain, code, task.tests, entry_point=task.entry_point, limits=default_limits(ctx.settings)
-    )
+        ctx.sandbox.toolchain, code, task.tests, entry_point=task.entry_point, limits=default_limits(ctx.settings),
+        helpers=prompt_helpers(task.prompt, task.entry_point),
+    )  # fmt: skip
     return await ctx.sandbox.run(job)
 
 

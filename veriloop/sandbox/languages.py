@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -206,6 +207,21 @@ def python_tests_job(
         files={"main.py": JUDGE_MAIN, harness_py.SOLUTION: code}, steps=[step], limits=limits, language="python",
         checks=Checks(kind="python_asserts", expected_tests=expected),
     )  # fmt: skip
+
+
+def prompt_helpers(prompt: str, entry_point: str | None) -> str | None:
+    """The task's prompt as helper code for the judge, when it is code that defines the entry point (HumanEval);
+    None for prose prompts (MBPP, APPS), which have no helpers to protect."""
+    if not entry_point:
+        return None
+    try:
+        tree = ast.parse(prompt)
+    except (SyntaxError, ValueError):
+        return None
+    defines_entry = any(
+        isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == entry_point for node in tree.body
+    )
+    return prompt if defines_entry else None
 
 
 # The judge module sits beside the runner (preloaded by warm zygotes); main.py only calls it. The tests travel on the

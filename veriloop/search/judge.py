@@ -332,10 +332,11 @@ class Judge:
         """The sandbox job, built by the same helpers as `veriloop exec --tests`."""
         toolchain = self.sandbox.toolchain
         limits = self._limits_for(candidate)
-        tests, entry = candidate.tests, candidate.entry_point
+        tests, entry, helpers = candidate.tests, candidate.entry_point, None
         if candidate.task_id is not None:
             task = self.task_of(candidate)
             tests, entry = task.tests, entry or task.entry_point
+            helpers = langs.prompt_helpers(task.prompt, entry)
         lang = langs.language(candidate.language).name
         if isinstance(tests, list):
             cases = [StdioCase(name=t.name or f"case_{i + 1}", stdin=t.stdin, expected=t.expected)
@@ -344,7 +345,9 @@ class Judge:
         if not tests or not tests.strip():
             raise ConfigError("the candidate's task has no tests")
         if lang == "python":
-            return langs.python_tests_job(toolchain, candidate.code, tests, entry_point=entry, limits=limits)
+            return langs.python_tests_job(
+                toolchain, candidate.code, tests, entry_point=entry, limits=limits, helpers=helpers
+            )
         return langs.harness_job(lang, toolchain, candidate.code, tests, limits=limits)
 
     async def _run(self, candidate: JudgeCandidate, index: int, options: RewardOptions) -> Verdict:

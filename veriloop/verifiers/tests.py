@@ -14,7 +14,7 @@ from veriloop.errors import ConfigError
 from veriloop.records import Candidate, Diagnostic, ExecResult, ExecStatus, Task, VerifyResult, VerifyStatus
 from veriloop.sandbox import Sandbox, default_limits, get_sandbox
 from veriloop.sandbox.job import Limits
-from veriloop.sandbox.languages import harness_job, python_tests_job
+from veriloop.sandbox.languages import harness_job, prompt_helpers, python_tests_job
 from veriloop.verifiers.base import infra_error, node_score
 
 STATUS = {
@@ -96,8 +96,9 @@ class TestsVerifier:
         try:
             if candidate.language == "python":
                 job = python_tests_job(
-                    toolchain, candidate.code, task.tests, entry_point=task.entry_point, limits=self.limits
-                )
+                    toolchain, candidate.code, task.tests, entry_point=task.entry_point, limits=self.limits,
+                    helpers=prompt_helpers(task.prompt, task.entry_point),
+                )  # fmt: skip
             else:
                 job = harness_job(candidate.language, toolchain, candidate.code, task.tests, limits=self.limits)
         except ConfigError as exc:

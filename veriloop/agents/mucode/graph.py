@@ -28,7 +28,7 @@ from veriloop.agents.mucode.state import MuCodeOptions, MuCodeState, Played, Sam
 from veriloop.llm.codeblocks import CLOSING_FENCE
 from veriloop.records import STEP_KEY, ExecResult, Node, SamplingParams, Task, new_id
 from veriloop.sandbox import default_limits
-from veriloop.sandbox.languages import python_tests_job
+from veriloop.sandbox.languages import prompt_helpers, python_tests_job
 
 ORACLE_WEIGHT = 100.0
 """beta_O of the paper: a passing test outweighs any verifier score; the verifier breaks ties."""
@@ -93,8 +93,9 @@ def choose(samples: list[Sample], rule: str, rng: random.Random) -> int:
 
 async def run_tests(task: Task, code: str, tests: str, ctx: AgentContext) -> ExecResult:
     job = python_tests_job(
-        ctx.sandbox.toolchain, code, tests, entry_point=task.entry_point, limits=default_limits(ctx.settings)
-    )
+        ctx.sandbox.toolchain, code, tests, entry_point=task.entry_point, limits=default_limits(ctx.settings),
+        helpers=prompt_helpers(task.prompt, task.entry_point),
+    )  # fmt: skip
     return await ctx.sandbox.run(job)
 
 
