@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -15,8 +14,6 @@ from veriloop.errors import ConfigError
 from veriloop.records import Prompt
 from veriloop.store import TrajectoryStore
 from veriloop.testing import ScriptedBackend, prompt_text
-
-needs_dafny = pytest.mark.skipif(shutil.which("dafny") is None, reason="dafny is not installed (Debian package dafny)")
 
 NO_INVARIANT = """method CountUp(n: nat) returns (i: nat)
   ensures i == n
@@ -66,7 +63,7 @@ def _invariant_model(prompt: Prompt) -> str:
     return f"```dafny\n{WITH_INVARIANT}```"
 
 
-@needs_dafny
+@pytest.mark.dafny
 @pytest.mark.slow
 def test_solve_fills_in_a_removed_loop_invariant(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -94,7 +91,7 @@ def test_solve_fills_in_a_removed_loop_invariant(
         assert task.spec == NO_INVARIANT and task.metadata["verifier"] == "dafny"
 
 
-@needs_dafny
+@pytest.mark.dafny
 @pytest.mark.slow
 def test_solve_refuses_a_proof_that_weakens_the_spec_and_a_program_that_does_not_parse(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -115,6 +112,7 @@ def test_solve_refuses_a_proof_that_weakens_the_spec_and_a_program_that_does_not
     assert "does not parse for dafny" in err and "fix the syntax first" in err and "Traceback" not in err
 
 
+@pytest.mark.bwrap
 def test_solve_repairs_python_against_tests(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -131,6 +129,7 @@ def test_solve_repairs_python_against_tests(
     assert "-    return a - b\n+    return a + b\n" in report["diff"]
 
 
+@pytest.mark.bwrap
 def test_solve_translates_with_f2strans(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -150,7 +149,7 @@ def test_solve_translates_with_f2strans(
     assert "return 2 * x" in report["program"]
 
 
-@needs_dafny
+@pytest.mark.dafny
 @pytest.mark.slow
 @pytest.mark.model
 def test_solve_with_the_embedded_model_reports_what_it_gets(

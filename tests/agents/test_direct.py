@@ -32,6 +32,7 @@ def test_program_from_reply_prepends_the_prompt_to_a_bare_body() -> None:
     assert code.startswith(task.prompt) and code.endswith("return x + y")
 
 
+@pytest.mark.bwrap
 async def test_solve_stores_node_and_attempt(tmp_path: Path) -> None:
     settings = load_settings(paths={"home": tmp_path})
     suite = load_suite("humaneval", settings).select(ids=["HumanEval/53", "HumanEval/0"])

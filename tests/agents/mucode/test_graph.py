@@ -79,6 +79,7 @@ def test_options_need_a_verifier_for_lv() -> None:
     assert MuCodeOptions(n=5).first_temperature() == 0.7 and MuCodeOptions().first_temperature() == 0.0
 
 
+@pytest.mark.bwrap
 async def test_feedback_turn_then_success_ends_the_episode(settings: Settings) -> None:
     backend = ScriptedBackend([BAD, GOOD, BAD])
     attempt, nodes = await _solve(settings, backend, MuCodeOptions(turns=3))
@@ -105,12 +106,14 @@ async def test_latest_history_shows_only_the_last_code(settings: Settings) -> No
     assert final.metadata["turn"] == 3 and final.exec_result is not None and not final.exec_result.passed
 
 
+@pytest.mark.bwrap
 async def test_private_tests_decide_after_a_public_pass(settings: Settings) -> None:
     attempt, nodes = await _solve(settings, ScriptedBackend([PUBLIC_ONLY, GOOD]), MuCodeOptions(turns=3))
     assert attempt.status == "failed"  # the public test passed, so the episode ended; the private ones failed
     assert [node.role for node in nodes] == ["generate", "final"]
 
 
+@pytest.mark.bwrap
 async def test_best_of_n_keeps_the_public_pass_and_stores_every_candidate(settings: Settings) -> None:
     replies = iter([BAD, GOOD, BAD])
     backend = ScriptedBackend([lambda _prompt: next(replies)])
@@ -130,6 +133,7 @@ class ScriptedVerifier:
         return [1.0 if "x - y" in reply else 0.0 for reply in replies]
 
 
+@pytest.mark.bwrap
 @pytest.mark.parametrize(("rule", "status"), [("lv", "failed"), ("pt+lv", "passed")])
 async def test_verifier_rules(settings: Settings, rule: str, status: str) -> None:
     def reply(prompt: Prompt) -> str:
