@@ -11,10 +11,10 @@
                     refined with the parser's or the rule's message, as AlphaVerus's error triplets do;
                     only when no child proposed anything does the next level retry the same frontier)
 
-The searches differ only in the weight and the shape (research notes §1.2, `inference/rebase.py`):
-`treefinement` weighs by score (REBASE); `breadth` weighs every survivor the same; `beam` keeps the top k;
-`best_of_n` never refines (every frontier entry is the root); `linear` is width 1 over width x depth levels.
-Each gets the same LLM-call budget (width x depth samples) and stops early at the first success.
+The searches differ only in the weight and the shape (REBASE: Wu et al., arXiv 2408.00724, as AlphaVerus's
+`inference/rebase.py` runs it): `treefinement` weighs by score (REBASE); `breadth` weighs every survivor the same;
+`beam` keeps the top k; `best_of_n` never refines (every frontier entry is the root); `linear` is width 1 over width x
+depth levels. Each gets the same LLM-call budget (width x depth samples) and stops early at the first success.
 
 Every child is stored as a Node as soon as it is scored, with its search id, level and slot in its
 metadata; the frontier of each level is a deterministic draw (seeded by search id and level), so a search

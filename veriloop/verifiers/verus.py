@@ -1,10 +1,10 @@
 """Verus: `verus FILE --multiple-errors N [--output-json]`, its summary, its error/note blocks, and the node score.
 
-Two output formats are read (both in the research notes): the plain one, where stdout carries
-`verification results:: N verified, M errors` and stderr rustc-style blocks (`error: TITLE`, `  --> file:l:c`,
-`   |` message lines), and the JSON one (`--output-json`), where stdout is one JSON object with
-`verification-results.{verified,errors,success}`. The score is AlphaVerus's: v/(v+e) minus 0.1 per error block
-(the final `aborting due to` block excluded) and 0.04 per note, over v+e.
+Two output formats are read (Verus's own; AlphaVerus's `verus_utils.py` parses the first the same way): the plain one,
+where stdout carries `verification results:: N verified, M errors` and stderr rustc-style blocks (`error: TITLE`,
+`  --> file:l:c`, `   |` message lines), and the JSON one (`--output-json`), where stdout is one JSON object with
+`verification-results.{verified,errors,success}`. The score is AlphaVerus's: v/(v+e) minus 0.1 per error block (the
+final `aborting due to` block excluded) and 0.04 per note, over v+e.
 """
 
 from __future__ import annotations
