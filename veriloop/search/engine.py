@@ -106,17 +106,26 @@ class SearchConfig:
 
     def params(self, n: int) -> SamplingParams:
         return SamplingParams(
-            n=n, temperature=self.temperature, max_tokens=self.max_tokens, stop=list(self.stop),
+            n=n,
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+            stop=list(self.stop),
             constraint=self.constraint,
-        )  # fmt: skip
+        )
 
     def as_dict(self) -> dict[str, Any]:
         budget = self.effective_budget()
         return {
-            "kind": self.kind, "width": self.width, "depth": self.depth, "temperature": self.temperature,
-            "node_temperature": self.node_temperature, "max_tokens": self.max_tokens, "top_k": self.top_k,
-            "seed": self.seed, "budget": {k: v for k, v in vars(budget).items() if v is not None},
-        }  # fmt: skip
+            "kind": self.kind,
+            "width": self.width,
+            "depth": self.depth,
+            "temperature": self.temperature,
+            "node_temperature": self.node_temperature,
+            "max_tokens": self.max_tokens,
+            "top_k": self.top_k,
+            "seed": self.seed,
+            "budget": {k: v for k, v in vars(budget).items() if v is not None},
+        }
 
 
 @dataclass
@@ -372,7 +381,14 @@ async def run_search(
 ) -> SearchOutcome:
     """Run (or resume, when `search_id` names stored progress) one search and return how it ended."""
     search = TreeSearch(
-        problem, backend, store, run_id=run_id, task_id=task_id, config=config, search_id=search_id,
-        parent=parent, metadata=metadata,
-    )  # fmt: skip
+        problem,
+        backend,
+        store,
+        run_id=run_id,
+        task_id=task_id,
+        config=config,
+        search_id=search_id,
+        parent=parent,
+        metadata=metadata,
+    )
     return await search.run()
