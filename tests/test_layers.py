@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 from collections import defaultdict
+from functools import cache
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "veriloop"
@@ -42,6 +43,7 @@ def _targets(node: ast.AST, module: list[str]) -> list[str]:
     return []
 
 
+@cache
 def import_edges() -> dict[tuple[str, str], list[str]]:
     """(importing top-level package, imported top-level package) -> where, for every cross-package import."""
     edges: dict[tuple[str, str], list[str]] = defaultdict(list)

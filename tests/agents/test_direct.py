@@ -55,6 +55,7 @@ async def test_solve_stores_node_and_attempt(tmp_path: Path) -> None:
     store.close()
 
 
+@pytest.mark.slow
 def test_demo_cli_with_scripted_backend(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["--home", str(tmp_path), "--backend", "scripted", "demo", "--limit", "2", "--no-treefinement",
                  "--json"])  # fmt: skip

@@ -33,6 +33,7 @@ def test_peak_tracker_works_on_meta_tensors() -> None:
     assert y.device.type == "meta"
 
 
+@pytest.mark.slow
 def test_fused_ce_section_on_cpu_and_meta() -> None:
     args = parse_args(["--only", "fused_ce", "--ce-tokens", "64,4096", "--ce-run-tokens", "64"])
     out = bench_fused_ce(args, "cpu")
@@ -96,6 +97,7 @@ def test_bench_kernels_on_the_embedded_model(
     assert set(result["specprefill"]["quality"]) == {"full", "specprefill"}
 
 
+@pytest.mark.slow
 def test_meta_sizes_report_no_time_and_stay_strict_json() -> None:
     out = bench_fused_ce(parse_args(["--ce-tokens", "64,4096", "--ce-run-tokens", "64"]), "cpu")
     assert out["time_s"]["naive"]["4096"] is None and out["time_s"]["fused"]["64"] is not None

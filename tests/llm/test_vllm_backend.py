@@ -50,6 +50,7 @@ def test_outputs_become_completions() -> None:
     assert completion_from_output(aborted, 7, SamplingParams(), "m", 0.0).finish_reason == "error"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(HAVE_VLLM, reason="vllm is installed here, so its absence cannot be shown")
 def test_missing_vllm_is_a_one_line_backend_error(tmp_path: Path) -> None:
     with pytest.raises(BackendError, match=r"needs the gpu extra") as caught:

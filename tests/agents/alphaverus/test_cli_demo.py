@@ -40,6 +40,7 @@ def test_run_alphaverus_cli_with_a_scripted_model(
     assert attempt["budget"]["llm_calls"] == 4  # 2 explored + a width-2, depth-1 tree
 
 
+@pytest.mark.slow
 @pytest.mark.dafny
 async def test_demo_treefinement_summary(tmp_path: Path) -> None:
     settings = load_settings(paths={"home": tmp_path, "data_dir": None})

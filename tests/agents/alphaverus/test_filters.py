@@ -90,6 +90,7 @@ def candidate(ctx: AgentContext, code: str) -> Node:
     return ctx.store.add_node(Node(run_id=ctx.run.id, task_id="max", code=code, score=1.0))
 
 
+@pytest.mark.slow
 @pytest.mark.bwrap
 @pytest.mark.dafny
 async def test_spec_guard_passes_honest_and_rejects_hacked_programs(ctx: AgentContext) -> None:

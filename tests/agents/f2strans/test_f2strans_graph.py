@@ -47,6 +47,7 @@ def test_options_check_the_direction() -> None:
         make_agent("f2strans", {"source": "cobol"})
 
 
+@pytest.mark.slow
 @pytest.mark.bwrap
 @pytest.mark.data("transcoder_unitrans_cleaned")
 def test_failed_translation_is_repaired_with_test_feedback(settings: Settings) -> None:
@@ -73,6 +74,7 @@ def test_failed_translation_is_repaired_with_test_feedback(settings: Settings) -
     assert summary["computational_accuracy"] == 1.0 and summary["style"] == second.metadata["style"]["score"]
 
 
+@pytest.mark.slow
 @pytest.mark.bwrap
 @pytest.mark.data("transcoder_unitrans_cleaned")
 def test_turns_bound_the_repairs_and_the_graph_is_checkpointed(settings: Settings) -> None:
@@ -90,6 +92,7 @@ def test_turns_bound_the_repairs_and_the_graph_is_checkpointed(settings: Setting
     assert checkpoint is not None and checkpoint.checkpoint["channel_values"]["turn"] == 2
 
 
+@pytest.mark.slow
 @pytest.mark.bwrap
 @pytest.mark.data("transcoder_unitrans_cleaned")
 def test_samples_are_stored_as_siblings_and_feed_both_training_sets(settings: Settings) -> None:
@@ -133,6 +136,7 @@ def test_tasks_without_the_direction_are_errors_not_crashes(settings: Settings) 
     assert attempt.status == "error" and "no python test program" in (attempt.error or "")
 
 
+@pytest.mark.slow
 @pytest.mark.bwrap
 @pytest.mark.data("transcoder_unitrans_cleaned")
 def test_cli_reports_accuracy_and_style(settings: Settings, capsys: pytest.CaptureFixture[str]) -> None:
@@ -147,6 +151,7 @@ def test_cli_reports_accuracy_and_style(settings: Settings, capsys: pytest.Captu
     assert "must differ" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.bwrap
 @pytest.mark.data("transcoder_unitrans_cleaned")
 def test_cli_train_runs_a_functional_and_style_round(
@@ -211,6 +216,7 @@ def test_real_model_translates_three_functions(tmp_path: Path, model_settings: S
     assert report["model"].startswith("checkpoint:") and report["sft"]["steps"] == 1
 
 
+@pytest.mark.slow
 @pytest.mark.bwrap
 @pytest.mark.data("transcoder_unitrans_cleaned")
 def test_an_interrupted_episode_resumes_from_its_checkpoint(settings: Settings) -> None:

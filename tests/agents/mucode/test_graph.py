@@ -95,6 +95,7 @@ async def test_feedback_turn_then_success_ends_the_episode(settings: Settings) -
     assert "assert add(0, 1) == 1" in second[0].content  # the public test is shown, named by its function
 
 
+@pytest.mark.slow
 async def test_latest_history_shows_only_the_last_code(settings: Settings) -> None:
     backend = ScriptedBackend([BAD, BAD, BAD])
     attempt, nodes = await _solve(settings, backend, MuCodeOptions(turns=3, history="latest"))
@@ -159,6 +160,7 @@ def test_prompts_show_mbpp_tests_once() -> None:
     assert prompt_text([prompts.first_turn(task)]) == text
 
 
+@pytest.mark.slow
 def test_run_mucode_cli_with_scripted_backend(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = ["--home", str(tmp_path), "--backend", "scripted", "run", "mucode", "--suite", "humaneval-test"]
     assert main([*args, "--limit", "2", "--turns", "2", "--json"]) == 0
