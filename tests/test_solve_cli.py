@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,8 +29,6 @@ def count(n: int) -> int:
     return i
 """
 NAGINI_WITH_INVARIANT = NAGINI_NO_INVARIANT.replace("        i += 1\n", "        Invariant(i <= n)\n        i += 1\n")
-
-needs_dafny = pytest.mark.skipif(shutil.which("dafny") is None, reason="dafny is not installed (Debian package dafny)")
 
 NO_INVARIANT = """method CountUp(n: nat) returns (i: nat)
   ensures i == n
@@ -80,7 +77,7 @@ def _invariant_model(prompt: Prompt) -> str:
     return f"```dafny\n{WITH_INVARIANT}```"
 
 
-@needs_dafny
+@pytest.mark.dafny
 @pytest.mark.slow
 def test_solve_fills_in_a_removed_loop_invariant(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -108,7 +105,7 @@ def test_solve_fills_in_a_removed_loop_invariant(
         assert task.spec == NO_INVARIANT and task.metadata["verifier"] == "dafny"
 
 
-@needs_dafny
+@pytest.mark.dafny
 @pytest.mark.slow
 def test_solve_refuses_a_proof_that_weakens_the_spec_and_a_program_that_does_not_parse(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -129,6 +126,7 @@ def test_solve_refuses_a_proof_that_weakens_the_spec_and_a_program_that_does_not
     assert "does not parse for dafny" in err and "fix the syntax first" in err and "Traceback" not in err
 
 
+@pytest.mark.bwrap
 def test_solve_repairs_python_against_tests(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -145,6 +143,7 @@ def test_solve_repairs_python_against_tests(
     assert "-    return a - b\n+    return a + b\n" in report["diff"]
 
 
+@pytest.mark.bwrap
 def test_solve_translates_with_f2strans(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -164,7 +163,7 @@ def test_solve_translates_with_f2strans(
     assert "return 2 * x" in report["program"]
 
 
-@needs_dafny
+@pytest.mark.dafny
 @pytest.mark.slow
 @pytest.mark.model
 def test_solve_with_the_embedded_model_reports_what_it_gets(
@@ -184,10 +183,7 @@ def test_solve_with_the_embedded_model_reports_what_it_gets(
 def _nagini_python() -> Path:
     from veriloop.verifiers.nagini import default_python
 
-    python = default_python(load_settings())
-    if not python.exists():
-        pytest.skip(f"Nagini's virtualenv ({python}) is missing; scripts/setup-verifiers.sh creates it")
-    return python
+    return default_python(load_settings())  # the `nagini` marker has skipped the test when it is missing
 
 
 def _nagini_invariant_model(prompt: Prompt) -> str:
@@ -198,6 +194,7 @@ def _nagini_invariant_model(prompt: Prompt) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.nagini
 def test_solve_fills_in_a_removed_nagini_invariant(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -299,14 +296,13 @@ BUILD_ONLY_FUNCTIONS = {
 def box() -> Iterator[Any]:
     from veriloop.sandbox.bwrap import BwrapSandbox
 
-    if shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap (bwrap) is not installed; scripts/setup-sandbox.sh installs it")
     sandbox = BwrapSandbox(warm_workers=1)
     yield sandbox
     sandbox.close()
 
 
 @pytest.mark.slow
+@pytest.mark.bwrap
 @pytest.mark.parametrize("language", sorted(BUILD_ONLY_FUNCTIONS))
 def test_the_build_only_program_builds_around_a_function(box: Any, language: str) -> None:
     """The C, Java, Go and Rust build-only programs (Python and C++ run above) compile in the real sandbox."""

@@ -1,7 +1,10 @@
-"""Test doubles shared by every test: a scripted backend and helpers. Never used in production paths.
+"""Test doubles shared by every test: a scripted backend and helpers.
 
-The real parts (embedded model, sandbox, verifiers, databases) each have their own tests too;
-these doubles only make the logic around them fast and deterministic to test.
+No production layer imports this module (tests/test_layers.py keeps it so): besides the tests, only the
+benchmark harness (`veriloop bench`, for its scripted smoke runs and demo data) uses it. The `scripted`
+backend name resolves here lazily so that CLI and worker tests can run without a model; `veriloop models`
+does not list it. The real parts (embedded model, sandbox, verifiers, databases) each have their own tests
+too; these doubles only make the logic around them fast and deterministic to test.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ def test_program_from_reply_prepends_the_prompt_to_a_bare_body() -> None:
     assert code.startswith(task.prompt) and code.endswith("return x + y")
 
 
+@pytest.mark.bwrap
 async def test_solve_stores_node_and_attempt(tmp_path: Path) -> None:
     settings = load_settings(paths={"home": tmp_path})
     suite = load_suite("humaneval", settings).select(ids=["HumanEval/53", "HumanEval/0"])
@@ -54,6 +55,7 @@ async def test_solve_stores_node_and_attempt(tmp_path: Path) -> None:
     store.close()
 
 
+@pytest.mark.slow
 def test_demo_cli_with_scripted_backend(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["--home", str(tmp_path), "--backend", "scripted", "demo", "--limit", "2", "--no-treefinement",
                  "--json"])  # fmt: skip

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -63,7 +62,7 @@ def test_prompt_hashes_name_the_template_module() -> None:
     assert list(provenance.prompt_hashes("veriloop.agents.direct")) == ["veriloop.agents.direct"]
 
 
-@pytest.mark.skipif(shutil.which("dafny") is None, reason="dafny is not installed (Debian package dafny)")
+@pytest.mark.dafny
 def test_verifier_versions_follow_the_task_languages(tmp_path: Path) -> None:
     settings = load_settings(paths={"home": tmp_path})
     dafny = Task(id="d/1", suite="s", language="dafny", prompt="p", tests="")

@@ -53,6 +53,7 @@ def test_create_run_records_the_slice_and_validated_options(settings: Settings) 
         assert len(store.list_runs()) == before  # bad input changes nothing
 
 
+@pytest.mark.bwrap
 async def test_execute_run_resumes_without_repeating_finished_tasks(settings: Settings) -> None:
     backend = ScriptedBackend([CORRECT_ADD])
     sandbox = get_sandbox(settings)

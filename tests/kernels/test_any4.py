@@ -150,6 +150,7 @@ def test_quantize_model_runs_calibration_from_token_ids() -> None:
     assert report.method == "any3" and report.layers == 14
 
 
+@pytest.mark.slow
 def test_kernel_modules_import_without_triton() -> None:
     """CPU installs must import the kernels package; Triton loads only when a kernel runs."""
     import subprocess

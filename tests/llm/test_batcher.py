@@ -68,6 +68,7 @@ async def backend(tiny: tuple[Any, Any]) -> AsyncIterator[EmbeddedBackend]:
     await made.aclose()
 
 
+@pytest.mark.slow
 def test_batched_greedy_equals_sequential_with_slot_reuse(tiny: tuple[Any, Any], batcher: Any) -> None:
     model, tokenizer = tiny
     lengths = [5, 30, 17, 40, 3, 25, 50, 12]
@@ -270,6 +271,7 @@ async def test_backend_satisfies_the_protocol_and_returns_n_samples(backend: Emb
     assert sample_seed(11, 0) == 11 and sample_seed(11, 1) != 11
 
 
+@pytest.mark.slow
 async def test_concurrent_callers_share_steps_and_match_sequential(
     tiny: tuple[Any, Any], backend: EmbeddedBackend
 ) -> None:
@@ -336,8 +338,6 @@ async def test_aclose_stops_the_worker_and_refuses_new_work(tiny: tuple[Any, Any
 
 @pytest.mark.gpu
 def test_batcher_on_cuda_matches_sequential_greedy() -> None:
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device")
     from veriloop.testing import tiny_causal_lm
 
     model, tokenizer = tiny_causal_lm(seed=1)

@@ -100,6 +100,7 @@ def tiny_commvq(tiny: tuple[Any, Any]) -> Any:
     return fit_commvq(kv, key_stages=4, codebook_size=16, em_iters=3, value_bits=2, value_steps=5)
 
 
+@pytest.mark.slow
 def test_the_live_commvq_cache_decodes_what_compress_then_decompress_gives(
     tiny: tuple[Any, Any], tiny_commvq: Any
 ) -> None:

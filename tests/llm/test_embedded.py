@@ -151,6 +151,7 @@ def test_models_lists_backends_and_the_default(tmp_path: Path, capsys: pytest.Ca
     assert main(["--home", str(tmp_path), "models", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert {"embedded", "openai"} <= {backend["name"] for backend in result["backends"]}
+    assert "scripted" not in {backend["name"] for backend in result["backends"]}, "the test double is not listed"
     [default] = [model for model in result["models"] if model["name"] == DEFAULT_MODEL]
     assert default["cached"] is False and default["default"] is True
     assert default["cache"] == str(tmp_path / "cache" / "models" / DEFAULT_MODEL)

@@ -322,6 +322,7 @@ async def test_a_non_openai_answer_is_a_backend_error() -> None:
         await backend.aclose()
 
 
+@pytest.mark.slow
 def test_cli_with_an_unreachable_server_is_one_line_and_non_zero(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}/v1"
     env = {**os.environ, "VERILOOP_LLM__BASE_URL": url, "VERILOOP_LLM__MAX_RETRIES": "1"}

@@ -126,11 +126,8 @@ def test_default_backend_is_bwrap() -> None:
     assert load_settings(None).sandbox.backend == "bwrap"
 
 
+@pytest.mark.bwrap
 def test_cli_exec_json(tmp_path: Path) -> None:
-    import shutil
-
-    if shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap (bwrap) is not installed; scripts/setup-sandbox.sh installs it")
     program = tmp_path / "p.py"
     program.write_text("print(input().upper())\n")
     stdin = tmp_path / "in.txt"
@@ -146,11 +143,8 @@ def test_cli_exec_json(tmp_path: Path) -> None:
     assert failed.exit_code == 1 and json.loads(failed.output)["status"] == "runtime_error"
 
 
+@pytest.mark.bwrap
 def test_cli_exec_tests_and_refusal(tmp_path: Path) -> None:
-    import shutil
-
-    if shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap (bwrap) is not installed; scripts/setup-sandbox.sh installs it")
     program = tmp_path / "s.py"
     program.write_text("def add(a, b):\n    return a + b\n")
     tests = tmp_path / "t.py"

@@ -1,4 +1,4 @@
-"""Node scores and frontier resampling against values worked out by hand from the research notes (§1.2.1)."""
+"""Node scores and frontier resampling against values worked out by hand from AlphaVerus's `evaluate_node`."""
 
 from __future__ import annotations
 

@@ -77,6 +77,7 @@ def error_of(response: Any, status: int) -> str:
     return message
 
 
+@pytest.mark.bwrap
 def test_a_queued_run_executes_and_everything_it_stored_is_served(client: TestClient) -> None:
     created = create(client, options={"concurrency": 1})
     run_id = created["run"]["id"]

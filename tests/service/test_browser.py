@@ -52,10 +52,7 @@ CHROMIUM_ARGS = [
     "--disable-sync", "--no-first-run",
 ]  # fmt: skip
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH: run scripts/setup-browser.sh (Debian chromium)"),
-]
+pytestmark = pytest.mark.browser
 
 
 @dataclass

@@ -34,6 +34,7 @@ def config(*args: str, env: dict[str, str] | None = None) -> str:
     return result.stdout
 
 
+@pytest.mark.slow
 def test_compose_config_validates_and_wires_the_services() -> None:
     resolved: dict[str, Any] = yaml.safe_load(config("config"))
     services = resolved["services"]
@@ -53,6 +54,7 @@ def test_compose_config_validates_and_wires_the_services() -> None:
     assert (REPO / "docker" / "service.Dockerfile").is_file() and (REPO / "docker" / "sandbox.Dockerfile").is_file()
 
 
+@pytest.mark.slow
 def test_workers_sandbox_with_bubblewrap_and_no_docker_socket_by_default() -> None:
     worker = yaml.safe_load(config("config"))["services"]["worker"]
     assert worker["environment"]["VERILOOP_SANDBOX__BACKEND"] == "bwrap"
@@ -66,6 +68,7 @@ def test_workers_sandbox_with_bubblewrap_and_no_docker_socket_by_default() -> No
     assert socket_mode["sandbox"]["build"]["dockerfile"] == "sandbox.Dockerfile"
 
 
+@pytest.mark.slow
 def test_the_local_override_builds_everything_from_local_bases() -> None:
     services = yaml.safe_load(config("-f", "compose.local.yaml", "config"))["services"]
     assert services["postgres"]["image"] == "veriloop-postgres:local"
@@ -76,6 +79,7 @@ def test_the_local_override_builds_everything_from_local_bases() -> None:
     assert chosen["postgres"]["image"] == "my/postgres:15"
 
 
+@pytest.mark.slow
 def test_workers_scale_and_the_gpu_profile_points_them_at_vllm() -> None:
     resolved = yaml.safe_load(config("config", env={"VERILOOP_WORKERS": "5", "VERILOOP_LLM_BACKEND": "openai"}))
     worker = resolved["services"]["worker"]

@@ -62,6 +62,7 @@ def post(client: TestClient, candidates: list[dict[str, Any]], **extra: Any) -> 
     return response.json()
 
 
+@pytest.mark.slow
 def test_verdicts_come_back_in_order_with_rewards_and_per_test_outcomes(client: TestClient) -> None:
     stdio = {
         "code": "print(input()[::-1])",
@@ -78,6 +79,7 @@ def test_verdicts_come_back_in_order_with_rewards_and_per_test_outcomes(client: 
     assert body["run_id"] is None
 
 
+@pytest.mark.slow
 def test_hostile_programs_fail_and_never_take_the_judge_down(client: TestClient) -> None:
     hostile = [{"code": code + ADD, "tests": TESTS, "limits": {"wall_s": 2}} for code in HOSTILE]
     results = post(client, [*hostile, GOOD])["results"]
@@ -124,6 +126,7 @@ def test_a_large_batch_becomes_a_job_with_progress_events_and_the_same_results(c
     assert client.get("/api/judge/jobs/nope").status_code == 404
 
 
+@pytest.mark.slow
 def test_per_token_limits_answer_429_with_retry_after(tmp_path: Path) -> None:
     settings = judge_settings(tmp_path, token_requests=1, sync_max=1)
     with TestClient(create_app(settings, backend=ScriptedBackend())) as client:
@@ -138,6 +141,7 @@ def test_per_token_limits_answer_429_with_retry_after(tmp_path: Path) -> None:
         assert client.post("/api/judge", json={"candidates": [GOOD]}).status_code == 200  # the books are settled
 
 
+@pytest.mark.slow
 def test_overload_and_a_broken_sandbox_give_infra_error_never_failed(tmp_path: Path) -> None:
     settings = judge_settings(tmp_path, concurrency=1, queue_timeout_s=0.3)
     with TestClient(create_app(settings, backend=ScriptedBackend())) as client:

@@ -14,6 +14,7 @@ import pytest
 from veriloop.testing import CLI, free_port, served
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("sig", "as_json"), [(signal.SIGTERM, True), (signal.SIGINT, False)])
 def test_serve_announces_answers_and_stops_cleanly(tmp_path: Path, sig: signal.Signals, as_json: bool) -> None:
     flags = ["--json"] if as_json else []
@@ -50,6 +51,7 @@ def run_cli(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_busy_port_is_one_line_error(tmp_path: Path) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -61,6 +63,7 @@ def test_busy_port_is_one_line_error(tmp_path: Path) -> None:
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_unknown_backend_is_one_line_error(tmp_path: Path) -> None:
     result = run_cli("--backend", "nope", "serve", "--port", str(free_port()), home=tmp_path)
     assert result.returncode == 2
@@ -69,6 +72,7 @@ def test_unknown_backend_is_one_line_error(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_the_openai_client_understands_the_server(tmp_path: Path) -> None:
     """OpenAI's own client parses every answer, streamed ones included."""
     import openai

@@ -35,6 +35,7 @@ def queue_run(settings: Settings, **kwargs: object) -> str:
         return run.id
 
 
+@pytest.mark.slow
 def test_worker_executes_a_queued_run_and_exits_when_the_queue_is_empty(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'w.db'}"
     settings = settings_for(tmp_path, url)
@@ -97,6 +98,7 @@ def test_a_sigkilled_worker_loses_no_nodes_and_its_run_finishes(tmp_path: Path, 
         assert job is not None and job.status is JobStatus.DONE and job.claims == 2
 
 
+@pytest.mark.slow
 def test_sigterm_hands_the_run_back_to_the_queue(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'w.db'}"
     run_id = queue_run(settings_for(tmp_path, url), limit=60, options={"concurrency": 1})

@@ -51,6 +51,8 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     return load_settings(store={"url": f"sqlite:///{tmp_path / 'runs.db'}"})
 
 
+@pytest.mark.slow
+@pytest.mark.bwrap
 def test_show_compare_report_and_rerun(capsys: pytest.CaptureFixture[str], settings: Settings, tmp_path: Path) -> None:
     mucode = asyncio.run(scripted_run(settings, "mucode", {"n": 3, "turns": 1, "seed": 7}))
     direct = asyncio.run(scripted_run(settings, "direct", {}))  # the CLI runs its own event loop: no test loop

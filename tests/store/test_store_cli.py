@@ -122,6 +122,7 @@ def test_default_home_database_is_created_on_first_use(capsys: pytest.CaptureFix
     assert (home / "veriloop.db").exists()
 
 
+@pytest.mark.slow
 def test_console_script_prints_no_traceback(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'x.db'}"
     script = "import sys; from veriloop.cli import main; sys.exit(main())"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ from veriloop.records import VerifyStatus
 from veriloop.tasks import load_suite
 from veriloop.tasks.dafny import cached_filter, dafny_status
 
-pytestmark = pytest.mark.skipif(shutil.which("dafny") is None, reason="dafny is not installed (Debian package dafny)")
+pytestmark = pytest.mark.dafny
 
 
 def test_bundled_hints_suite_records_the_tool_version(tmp_path: Path) -> None:

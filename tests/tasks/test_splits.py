@@ -17,11 +17,7 @@ from veriloop.tasks import load_suite
 
 @pytest.fixture(scope="module")
 def data_settings() -> Settings:
-    settings = load_settings()
-    folder = settings.paths.data_dir
-    if folder is None or not (Path(folder) / "mbpp" / "mbpp.jsonl").is_file():
-        pytest.skip("the benchmark data folder with mbpp/ is not configured (VERILOOP_PATHS__DATA_DIR=../shared/data)")
-    return settings
+    return load_settings()
 
 
 def test_humaneval_halves_are_disjoint_and_cover_the_suite() -> None:
@@ -45,6 +41,7 @@ def test_humaneval_public_test_is_the_first_assert_only() -> None:
     assert "1.33" not in (task.public_tests or "") and "1.33" in task.tests
 
 
+@pytest.mark.data("mbpp/mbpp.jsonl")
 def test_mbpp_splits_follow_the_standard_task_ids(data_settings: Settings) -> None:
     test = load_suite("mbpp", data_settings)
     train = load_suite("mbpp-train", data_settings)
@@ -53,6 +50,7 @@ def test_mbpp_splits_follow_the_standard_task_ids(data_settings: Settings) -> No
     assert all(task.entry_point for task in test.tasks + train.tasks)
 
 
+@pytest.mark.data("mbpp/mbpp.jsonl")
 def test_mbpp_public_tests_per_environment(data_settings: Settings) -> None:
     task = load_suite("mbpp", data_settings).tasks[0]
     assert count_tests(task.public_tests or "") == 1 and count_tests(task.tests) == 1 + task.metadata["private_tests"]
@@ -76,6 +74,8 @@ async def _passes(task: Task, code: str, tests: str, settings: Settings) -> bool
         await sandbox.aclose()
 
 
+@pytest.mark.data("mbpp/mbpp.jsonl")
+@pytest.mark.bwrap
 async def test_references_pass_public_and_private_tests_in_the_sandbox(data_settings: Settings) -> None:
     tasks = [
         *load_suite("humaneval-test", data_settings).tasks[:2],

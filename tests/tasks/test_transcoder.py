@@ -26,11 +26,7 @@ from veriloop.tasks.transcoder import Translation, _repair, fill_slot, gold_func
 
 @pytest.fixture(scope="module")
 def settings() -> Settings:
-    loaded = load_settings()
-    folder = loaded.paths.data_dir
-    if folder is None or not (folder / "transcoder_unitrans_cleaned").is_dir():
-        pytest.skip("the benchmark data folder is not configured (VERILOOP_PATHS__DATA_DIR=../shared/data)")
-    return loaded
+    return load_settings()
 
 
 def _item(language: str, code: str, name: str, tests: str = "", source_name: str = "") -> Translation:
@@ -150,6 +146,7 @@ def test_offline_or_a_bad_archive_says_what_to_do(tmp_path: Path, served: tuple[
     assert not (tmp_path / "t").exists() and not list((tmp_path / "home").rglob("*.tar.gz"))
 
 
+@pytest.mark.data("transcoder_unitrans_cleaned")
 def test_unitrans_suite_holds_every_language_of_a_function(settings: Settings) -> None:
     suite = load_suite("transcoder", settings)
     assert len(suite.tasks) > 500 and suite.version.startswith("unitrans@")
@@ -165,6 +162,7 @@ def test_unitrans_suite_holds_every_language_of_a_function(settings: Settings) -
     assert sum(has_direction(t, "cpp", "python") for t in suite.tasks) > 400
 
 
+@pytest.mark.data("transcoder_unitrans_cleaned")
 def test_gfg_suite_has_six_languages(settings: Settings) -> None:
     suite = load_suite("transcoder-gfg", settings)
     task = suite.select(ids=["transcoder-gfg/ADD_1_TO_A_GIVEN_NUMBER"]).tasks[0]
@@ -203,12 +201,8 @@ def test_fill_slot_renames_the_entry_function() -> None:
 
 @pytest.fixture(scope="module")
 def sandbox() -> Iterator[object]:
-    import shutil
-
     from veriloop.sandbox.bwrap import BwrapSandbox
 
-    if shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap (bwrap) is not installed; scripts/setup-sandbox.sh installs it")
     box = BwrapSandbox(warm_workers=1)
     yield box
     box.close()
@@ -226,6 +220,8 @@ def sandbox() -> Iterator[object]:
         ("transcoder-gfg", "rust", "ADD_1_TO_A_GIVEN_NUMBER"),
     ],
 )
+@pytest.mark.bwrap
+@pytest.mark.data("transcoder_unitrans_cleaned")
 def test_references_pass_their_own_test_program(
     settings: Settings, sandbox: object, suite: str, language: str, function: str
 ) -> None:
@@ -245,6 +241,7 @@ def test_references_pass_their_own_test_program(
     assert broken.status is not ExecStatus.PASSED
 
 
+@pytest.mark.bwrap
 @pytest.mark.slow
 def test_the_javafx_pair_stand_in_behaves_like_the_real_one(sandbox: object) -> None:
     toolchain = sandbox.toolchain  # type: ignore[attr-defined]

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from veriloop.bench._sample_data import SampleRuns, make_sample_runs
 from veriloop.config import Settings, load_settings
-from veriloop.training.sample_data import SampleRuns, make_sample_runs
 
 
 @pytest.fixture(scope="session")

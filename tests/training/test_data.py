@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from veriloop.bench._sample_data import SampleRuns
 from veriloop.cli import main
 from veriloop.store.exports import Row, load_rows
 from veriloop.training.data import RA_GOAL, goal_text, reward_augment, to_scale
-from veriloop.training.sample_data import SampleRuns
 
 
 def _row(chosen_score: float = 1.0, rejected_score: float = 0.0) -> Row:

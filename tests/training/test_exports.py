@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from veriloop.bench._sample_data import SampleRuns
 from veriloop.cli import main
 from veriloop.errors import ConfigError, NotFoundError
 from veriloop.records import (
@@ -30,7 +31,6 @@ from veriloop.store.exports import (
     load_rows,
     split_steps,
 )
-from veriloop.training.sample_data import SampleRuns
 
 DEMO_TASKS = 5
 PROMPT = [Message(role="user", content="write f")]

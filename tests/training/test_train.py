@@ -86,6 +86,7 @@ def test_train_refuses_bad_input_in_one_line(
     assert "needs a Q-RM" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_dpo_variants_by_name(
     demo_home: Path, exports: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

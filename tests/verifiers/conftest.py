@@ -1,9 +1,9 @@
-"""Shared pieces of the verifier tests: the tools (skipped, with the reason, when missing), the data dir, and one
-warm Nagini worker for the whole session (a cold start costs 7 to 27 s)."""
+"""Shared pieces of the verifier tests: the tools, the data dir, and one warm Nagini worker for the whole session
+(a cold start costs 7 to 27 s). A test using `dafny`, `nagini` or `data_dir` carries that marker (tests/conftest.py),
+which skips it, with the reason, where the part is missing."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,24 +19,17 @@ DAFNY_TIME_LIMIT_S = 5
 
 @pytest.fixture(scope="session")
 def dafny() -> DafnyVerifier:
-    if shutil.which("dafny") is None:
-        pytest.skip("dafny is not installed; scripts/setup-verifiers.sh installs Debian's dafny")
     return DafnyVerifier(timeout_s=300, time_limit_s=DAFNY_TIME_LIMIT_S)
 
 
 @pytest.fixture(scope="session")
 def nagini() -> Iterator[NaginiVerifier]:
-    python = default_python(load_settings())
-    if not python.exists():
-        pytest.skip(f"Nagini's virtualenv ({python}) is missing; scripts/setup-verifiers.sh creates it")
-    yield NaginiVerifier(python, timeout_s=300)
+    yield NaginiVerifier(default_python(load_settings()), timeout_s=300)
     close_workers()
 
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
-    settings = load_settings()
-    folder = settings.paths.data_dir
-    if folder is None or not folder.is_dir():
-        pytest.skip("the benchmark data folder is not configured (VERILOOP_PATHS__DATA_DIR=../shared/data)")
+    folder = load_settings().paths.data_dir
+    assert folder is not None, "the `data` marker skips tests using this fixture when no data folder is configured"
     return folder

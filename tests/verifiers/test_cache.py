@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -77,9 +76,8 @@ async def test_repeat_is_a_hit_and_infra_errors_are_not_stored(tmp_path: Path) -
 
 
 @pytest.mark.slow
+@pytest.mark.dafny
 def test_real_dafny_result_is_reused_by_another_process(tmp_path: Path) -> None:
-    if shutil.which("dafny") is None:
-        pytest.skip("dafny is not installed; scripts/setup-verifiers.sh installs Debian's dafny")
     env = {**os.environ, "VERILOOP_PATHS__HOME": str(tmp_path)}
     program = str(DATA / "dafny" / "post_fail.dfy")
     argv = [sys.executable, "-m", "veriloop.cli", "verify", program, "--verifier", "dafny", "--json"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -18,11 +17,6 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
     code = main(list(argv))
     captured = capsys.readouterr()
     return code, captured.out, captured.err
-
-
-def _need_dafny() -> None:
-    if shutil.which("dafny") is None:
-        pytest.skip("dafny is not installed; scripts/setup-verifiers.sh installs Debian's dafny")
 
 
 def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -69,8 +63,8 @@ def test_stored_task_supplies_spec_and_tests(tmp_path: Path, capsys: pytest.Capt
 
 
 @pytest.mark.slow
+@pytest.mark.dafny
 def test_dafny_failure_with_spec_and_cache(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    _need_dafny()
     program = DATA / "dafny" / "invariant_maintained_fail.dfy"
     argv = ["--home", str(tmp_path), "verify", str(program), "--verifier", "dafny", "--spec", str(program), "--json"]
     code, out, _ = _run(capsys, *argv)
@@ -86,8 +80,8 @@ def test_dafny_failure_with_spec_and_cache(tmp_path: Path, capsys: pytest.Captur
 
 
 @pytest.mark.slow
+@pytest.mark.dafny
 def test_bench_verify_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    _need_dafny()
     code, out, _ = _run(capsys, "--home", str(tmp_path), "bench", "verify", "--dafny", "2", "--nagini", "0")
     report = json.loads(out)
     assert code == 0 and report["dafny"]["programs"] == 2 and report["dafny"]["agree"]

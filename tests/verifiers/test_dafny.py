@@ -77,14 +77,15 @@ async def test_fixture_verdicts(name: str, dafny: DafnyVerifier) -> None:
         assert result.score == -1.0 if status is not F else -1.0 < result.score < 1.0
 
 
+GROUND_TRUTH = "dafnybench/DafnyBench/dataset/ground_truth"
+
+
 def _bench(data_dir: Path, name: str) -> str:
-    path = data_dir / "dafnybench" / "DafnyBench" / "dataset" / "ground_truth" / f"{name}.dfy"
-    if not path.exists():
-        pytest.skip(f"{path} is missing from the data folder")
-    return path.read_text()
+    return (data_dir / GROUND_TRUTH / f"{name}.dfy").read_text()
 
 
 @pytest.mark.slow
+@pytest.mark.data(GROUND_TRUTH)
 @pytest.mark.parametrize("name", DAFNYBENCH)
 async def test_dafnybench_programs_verify_and_pass_the_guard_against_their_own_spec(
     name: str, dafny: DafnyVerifier, data_dir: Path
@@ -94,6 +95,7 @@ async def test_dafnybench_programs_verify_and_pass_the_guard_against_their_own_s
     assert result.status is V, (result.reason, result.diagnostics)
 
 
+@pytest.mark.data(GROUND_TRUTH)
 @pytest.mark.parametrize("name", DAFNYBENCH)
 async def test_dafnybench_weakened_specs_are_rejected_before_the_tool_runs(name: str, data_dir: Path) -> None:
     code = _bench(data_dir, name)
@@ -139,11 +141,10 @@ async def test_loop_probe_catches_an_end_that_no_loop_leaves(dafny: DafnyVerifie
 
 
 @pytest.mark.slow
+@pytest.mark.data("mbpp_dfy/MBPP-DFY-153/src")
 async def test_mbpp_dfy_programs_from_the_data_dir(dafny: DafnyVerifier, data_dir: Path) -> None:
     """MBPP-DFY is GPL: read at test time, never copied. Each either verifies or fails to parse with Dafny 2.3."""
     folder = data_dir / "mbpp_dfy" / "MBPP-DFY-153" / "src"
-    if not folder.is_dir():
-        pytest.skip(f"{folder} is missing from the data folder")
     verdicts = []
     for path in sorted(folder.glob("*.dfy"))[:4]:
         result = await GuardedVerifier(dafny, DAFNY).verify(

@@ -1,5 +1,5 @@
-"""Verus: the parser on recorded outputs in both formats of the research notes, the node score, the guard's
-Verus rules; the real tool runs only when `verus` is on PATH (skipped, with the reason, when it is not)."""
+"""Verus: the parser on recorded outputs in both of Verus's formats (plain, `--output-json`), the node score, the
+guard's Verus rules; the real tool runs only when `verus` is on PATH (skipped, with the reason, when it is not)."""
 
 from __future__ import annotations
 

@@ -149,10 +149,10 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 
 def _demo_data(folder: Path, tasks: int) -> Path:
+    from veriloop.bench._sample_data import make_sample_runs
     from veriloop.config import load_settings
     from veriloop.store import TrajectoryStore
     from veriloop.store.exports import export
-    from veriloop.training.sample_data import make_sample_runs
 
     settings = load_settings(paths={"home": folder})
     runs = make_sample_runs(settings, limit=tasks)

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from veriloop.cli.app import JsonFlag, app, emit, state
 from veriloop.config import Settings
 from veriloop.errors import ConfigError
-from veriloop.llm.base import BACKENDS, get_backend
+from veriloop.llm.base import BACKENDS, TEST_DOUBLES, get_backend
 from veriloop.records import Completion, Constraint, Message, Prompt, SamplingParams
 
 
@@ -145,7 +145,9 @@ def models(ctx: typer.Context, as_json: JsonFlag = False) -> None:
         "backend": settings.llm.backend,
         "model": spec,
         "backends": [
-            {"name": name, "target": BACKENDS[name], "default": name == settings.llm.backend} for name in BACKENDS
+            {"name": name, "target": BACKENDS[name], "default": name == settings.llm.backend}
+            for name in BACKENDS
+            if name not in TEST_DOUBLES or name == settings.llm.backend
         ],
         "models": known,
     }

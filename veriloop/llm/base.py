@@ -64,6 +64,10 @@ BACKENDS: Registry[BackendFactory] = Registry(
         "scripted": "veriloop.testing:ScriptedBackend",
     },
 )
+"""Backends by name. `scripted` is the tests' double (veriloop.testing): resolvable by name, never listed."""
+
+TEST_DOUBLES = frozenset({"scripted"})
+"""Backend names that are test doubles: `veriloop models` leaves them out unless one is selected."""
 
 
 def get_backend(settings: Settings) -> Backend:

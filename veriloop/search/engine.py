@@ -11,10 +11,10 @@
                     refined with the parser's or the rule's message, as AlphaVerus's error triplets do;
                     only when no child proposed anything does the next level retry the same frontier)
 
-The searches differ only in the weight and the shape (research notes §1.2, `inference/rebase.py`):
-`treefinement` weighs by score (REBASE); `breadth` weighs every survivor the same; `beam` keeps the top k;
-`best_of_n` never refines (every frontier entry is the root); `linear` is width 1 over width x depth levels.
-Each gets the same LLM-call budget (width x depth samples) and stops early at the first success.
+The searches differ only in the weight and the shape (REBASE: Wu et al., arXiv 2408.00724, as AlphaVerus's
+`inference/rebase.py` runs it): `treefinement` weighs by score (REBASE); `breadth` weighs every survivor the same;
+`beam` keeps the top k; `best_of_n` never refines (every frontier entry is the root); `linear` is width 1 over width x
+depth levels. Each gets the same LLM-call budget (width x depth samples) and stops early at the first success.
 
 Every child is stored as a Node as soon as it is scored, with its search id, level and slot in its
 metadata; the frontier of each level is a deterministic draw (seeded by search id and level), so a search
@@ -106,17 +106,26 @@ class SearchConfig:
 
     def params(self, n: int) -> SamplingParams:
         return SamplingParams(
-            n=n, temperature=self.temperature, max_tokens=self.max_tokens, stop=list(self.stop),
+            n=n,
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+            stop=list(self.stop),
             constraint=self.constraint,
-        )  # fmt: skip
+        )
 
     def as_dict(self) -> dict[str, Any]:
         budget = self.effective_budget()
         return {
-            "kind": self.kind, "width": self.width, "depth": self.depth, "temperature": self.temperature,
-            "node_temperature": self.node_temperature, "max_tokens": self.max_tokens, "top_k": self.top_k,
-            "seed": self.seed, "budget": {k: v for k, v in vars(budget).items() if v is not None},
-        }  # fmt: skip
+            "kind": self.kind,
+            "width": self.width,
+            "depth": self.depth,
+            "temperature": self.temperature,
+            "node_temperature": self.node_temperature,
+            "max_tokens": self.max_tokens,
+            "top_k": self.top_k,
+            "seed": self.seed,
+            "budget": {k: v for k, v in vars(budget).items() if v is not None},
+        }
 
 
 @dataclass
@@ -372,7 +381,14 @@ async def run_search(
 ) -> SearchOutcome:
     """Run (or resume, when `search_id` names stored progress) one search and return how it ended."""
     search = TreeSearch(
-        problem, backend, store, run_id=run_id, task_id=task_id, config=config, search_id=search_id,
-        parent=parent, metadata=metadata,
-    )  # fmt: skip
+        problem,
+        backend,
+        store,
+        run_id=run_id,
+        task_id=task_id,
+        config=config,
+        search_id=search_id,
+        parent=parent,
+        metadata=metadata,
+    )
     return await search.run()

@@ -290,9 +290,14 @@ class Judge:
     @staticmethod
     def _infra(index: int, kind: Literal["tests", "verify"], started: float, message: str) -> Verdict:
         return Verdict(
-            index=index, kind=kind, status="infra_error", passed=False, reward=None, error=message,
+            index=index,
+            kind=kind,
+            status="infra_error",
+            passed=False,
+            reward=None,
+            error=message,
             duration_s=round(time.monotonic() - started, 4),
-        )  # fmt: skip
+        )
 
     async def _scan(self, candidate: JudgeCandidate, security: bool) -> list[Finding]:
         if not security or candidate.language != "python":
@@ -339,8 +344,10 @@ class Judge:
             helpers = langs.prompt_helpers(task.prompt, entry)
         lang = langs.language(candidate.language).name
         if isinstance(tests, list):
-            cases = [StdioCase(name=t.name or f"case_{i + 1}", stdin=t.stdin, expected=t.expected)
-                     for i, t in enumerate(tests)]  # fmt: skip
+            cases = [
+                StdioCase(name=t.name or f"case_{i + 1}", stdin=t.stdin, expected=t.expected)
+                for i, t in enumerate(tests)
+            ]
             return langs.stdio_job(lang, toolchain, candidate.code, cases, limits=limits)
         if not tests or not tests.strip():
             raise ConfigError("the candidate's task has no tests")
@@ -355,10 +362,16 @@ class Judge:
         result = await self.sandbox.run(job)
         reward, rate = exec_reward(result, options)
         return Verdict(
-            index=index, kind="tests", status=result.status.value, passed=result.passed, reward=reward,
-            pass_rate=rate, tests=result.tests, execution=result,
+            index=index,
+            kind="tests",
+            status=result.status.value,
+            passed=result.passed,
+            reward=reward,
+            pass_rate=rate,
+            tests=result.tests,
+            execution=result,
             error=result.stderr.strip()[-500:] or None if result.status is ExecStatus.INFRA_ERROR else None,
-        )  # fmt: skip
+        )
 
     def _verifier(self, name: str) -> Any:
         if name not in self._verifiers:
@@ -373,9 +386,13 @@ class Judge:
             name = candidate.verifier or str(task.metadata.get("verifier") or "")
         else:
             task = Task(
-                id="judge", suite="judge", prompt=candidate.prompt or "", language=candidate.language,
-                entry_point=candidate.entry_point, spec=candidate.spec,
-            )  # fmt: skip
+                id="judge",
+                suite="judge",
+                prompt=candidate.prompt or "",
+                language=candidate.language,
+                entry_point=candidate.entry_point,
+                spec=candidate.spec,
+            )
             name = candidate.verifier or candidate.language
         if name not in FORMAL:
             raise ConfigError(f"no formal verifier for {candidate.language!r}; name one of {', '.join(FORMAL)}")
@@ -383,7 +400,11 @@ class Judge:
             Candidate(task_id=task.id, code=candidate.code, language=candidate.language), task
         )
         return Verdict(
-            index=index, kind="verify", status=result.status.value, passed=result.status is VerifyStatus.VERIFIED,
-            reward=verify_reward(result, options), verification=result,
+            index=index,
+            kind="verify",
+            status=result.status.value,
+            passed=result.status is VerifyStatus.VERIFIED,
+            reward=verify_reward(result, options),
+            verification=result,
             error=result.reason if result.status is VerifyStatus.INFRA_ERROR else None,
-        )  # fmt: skip
+        )

@@ -1,6 +1,6 @@
 """Node scores and frontier resampling, as AlphaVerus's `evaluate_node` and `rebase.py` compute them.
 
-Score (research notes §1.2.1), checks in order:
+Score (`evaluate_node` in `cmu-l3/alphaverus`; arXiv 2412.06176), checks in order:
 1. a rule filter fired (the spec guard rejected the program): -1;
 2. nothing verified and nothing failed (did not parse), or more than `max_verified` verified (the
    parse bug guard of the original): -1;

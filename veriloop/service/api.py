@@ -164,9 +164,15 @@ def create_run_route(body: RunCreate, store: StoreDep, settings: SettingsDep) ->
         llm = LLMSettings.model_validate({**settings.llm.model_dump(), "model": body.model})
         run_settings = settings.model_copy(update={"llm": llm})
     run = create_run(
-        store, run_settings, agent=body.agent, suite=body.suite, options=body.options, limit=body.limit,
-        task_ids=body.task_ids, extra={"submitted_by": "api"},
-    )  # fmt: skip
+        store,
+        run_settings,
+        agent=body.agent,
+        suite=body.suite,
+        options=body.options,
+        limit=body.limit,
+        task_ids=body.task_ids,
+        extra={"submitted_by": "api"},
+    )
     job = JobQueue(store).enqueue(run.id)
     return RunWithJob(run=store.get_run(run.id), job=job)
 
@@ -374,9 +380,13 @@ def start_export(body: ExportCreate, background: BackgroundTasks, store: StoreDe
     folder = _export_dir(settings, export_id)
     folder.mkdir(parents=True, exist_ok=False)
     info = ExportInfo(
-        id=export_id, status="running", kind=body.kind, format=body.format, run_ids=run_ids,
+        id=export_id,
+        status="running",
+        kind=body.kind,
+        format=body.format,
+        run_ids=run_ids,
         download=f"/api/exports/{export_id}/download",
-    )  # fmt: skip
+    )
     _write_info(folder, info)
     background.add_task(_run_export, store, folder, info, body)
     return info

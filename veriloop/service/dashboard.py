@@ -71,9 +71,15 @@ def runs_page(
     rows = [run_row(store, run) for run in runs]
     live = any(not run_ended(row.run) for row in rows)
     return page(
-        "runs.html", title="Runs", rows=rows, live=live, agents=sorted(AGENTS), suites=sorted(SUITES),
-        statuses=statuses, filters={"agent": agent or "", "suite": suite or "", "status": chosen or ""},
-    )  # fmt: skip
+        "runs.html",
+        title="Runs",
+        rows=rows,
+        live=live,
+        agents=sorted(AGENTS),
+        suites=sorted(SUITES),
+        statuses=statuses,
+        filters={"agent": agent or "", "suite": suite or "", "status": chosen or ""},
+    )
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
@@ -85,8 +91,15 @@ def run_page(run_id: str, store: StoreDep, settings: SettingsDep) -> HTMLRespons
     view = overview(store, run, settings)
     job = JobQueue(store).get(run.id)
     done = sum(1 for task in view.tasks if task.status in ("passed", "failed"))
-    return page("run.html", title=f"Run {run.id[:8]}", view=view, run=view.row.run, job=job, done=done,
-                ended=run_ended(view.row.run))  # fmt: skip
+    return page(
+        "run.html",
+        title=f"Run {run.id[:8]}",
+        view=view,
+        run=view.row.run,
+        job=job,
+        done=done,
+        ended=run_ended(view.row.run),
+    )
 
 
 @router.get("/runs/{run_id}/report")
@@ -121,8 +134,17 @@ def tree_page(run_id: str, task_id: str, store: StoreDep) -> HTMLResponse:
     depth = max((p.y for p in placed), default=0) + 1
     attempts = store.list_attempts(run.id, task_id)
     best = attempts[-1].best_node_id if attempts else None
-    return page("tree.html", title=f"Tree {task_id}", run=run, task_id=task_id, placed=placed, width=width,
-                depth=depth, best=best, attempt=attempts[-1] if attempts else None)  # fmt: skip
+    return page(
+        "tree.html",
+        title=f"Tree {task_id}",
+        run=run,
+        task_id=task_id,
+        placed=placed,
+        width=width,
+        depth=depth,
+        best=best,
+        attempt=attempts[-1] if attempts else None,
+    )
 
 
 @router.get("/nodes/{node_id}", response_class=HTMLResponse)
@@ -136,8 +158,17 @@ def node_page(node_id: str, store: StoreDep) -> HTMLResponse:
     diagnostics = node.verify_result.diagnostics if node.verify_result else []
     lines, loose = pin_diagnostics(node.code or "", diagnostics)
     diff = diff_lines(parent.code or "", node.code or "") if parent is not None and parent.code is not None else None
-    return page("node.html", title=f"Node {node.id[:8]}", node=node, parent=parent, children=children, lines=lines,
-                loose=loose, diff=diff, guard=guard_verdict(node))  # fmt: skip
+    return page(
+        "node.html",
+        title=f"Node {node.id[:8]}",
+        node=node,
+        parent=parent,
+        children=children,
+        lines=lines,
+        loose=loose,
+        diff=diff,
+        guard=guard_verdict(node),
+    )
 
 
 @router.get("/compare", response_class=HTMLResponse)
@@ -166,9 +197,10 @@ def compare_page(
             "left": run_row(store, left),
             "right": run_row(store, right),
             "stats": comparison,
-            "rows": [(task_id, left_tasks.get(task_id), right_tasks.get(task_id), outcomes.get(task_id))
-                     for task_id in ids],
-        }  # fmt: skip
+            "rows": [
+                (task_id, left_tasks.get(task_id), right_tasks.get(task_id), outcomes.get(task_id)) for task_id in ids
+            ],
+        }
     return page("compare.html", **context)
 
 

@@ -147,10 +147,17 @@ class JobState:
         done = [v for v in self.verdicts if v is not None]
         finished = self.status == "finished"
         return JudgeJob(
-            id=self.id, status=self.status, total=self.total, done=len(done), passed=sum(v.passed for v in done),
-            results=[v for v in self.verdicts if v is not None] if finished else None, run_id=self.run_id,
-            error=self.error, events=f"{PATH}/jobs/{self.id}/events", created_at=self.created_at,
-        )  # fmt: skip
+            id=self.id,
+            status=self.status,
+            total=self.total,
+            done=len(done),
+            passed=sum(v.passed for v in done),
+            results=[v for v in self.verdicts if v is not None] if finished else None,
+            run_id=self.run_id,
+            error=self.error,
+            events=f"{PATH}/jobs/{self.id}/events",
+            created_at=self.created_at,
+        )
 
 
 class JudgeService:
@@ -177,8 +184,9 @@ class JudgeService:
 
     def admit(self, token: str, count: int) -> Account:
         if count > self.config.max_candidates:
-            raise APIError(413, f"{count} candidates; at most {self.config.max_candidates} per request",
-                           code="too_many_candidates")  # fmt: skip
+            raise APIError(
+                413, f"{count} candidates; at most {self.config.max_candidates} per request", code="too_many_candidates"
+            )
         account = self.accounts.setdefault(token, Account())
         reason = None
         if account.requests >= self.config.token_requests:
@@ -278,20 +286,38 @@ def store_verdicts(settings: Settings, app: FastAPI, body: JudgeRequest, verdict
         messages = [ChatMessage(role="user", content=candidate.prompt)] if candidate.prompt else []
         nodes.append(
             Node(
-                run_id=run.id, task_id=_group(candidate, verdict.index), role="judge", messages=messages,
-                completion=Completion(text=candidate.code, model=body.model or ""), code=candidate.code,
-                exec_result=verdict.execution, verify_result=verdict.verification, score=verdict.reward,
-                metadata={"judge_index": verdict.index, "status": verdict.status, "language": candidate.language,
-                          "security": [f.model_dump() for f in verdict.security]},
+                run_id=run.id,
+                task_id=_group(candidate, verdict.index),
+                role="judge",
+                messages=messages,
+                completion=Completion(text=candidate.code, model=body.model or ""),
+                code=candidate.code,
+                exec_result=verdict.execution,
+                verify_result=verdict.verification,
+                score=verdict.reward,
+                metadata={
+                    "judge_index": verdict.index,
+                    "status": verdict.status,
+                    "language": candidate.language,
+                    "security": [f.model_dump() for f in verdict.security],
+                },
             )
-        )  # fmt: skip
+        )
     store.add_nodes(nodes)
     for node, verdict in zip(nodes, verdicts, strict=True):
         status: Literal["passed", "failed", "error"] = (
             "passed" if verdict.passed else "error" if verdict.status == "infra_error" else "failed"
         )
-        store.add_attempt(Attempt(run_id=run.id, task_id=node.task_id, status=status, best_node_id=node.id,
-                                  score=verdict.reward, seconds=verdict.duration_s))  # fmt: skip
+        store.add_attempt(
+            Attempt(
+                run_id=run.id,
+                task_id=node.task_id,
+                status=status,
+                best_node_id=node.id,
+                score=verdict.reward,
+                seconds=verdict.duration_s,
+            )
+        )
     store.finish_run(run.id, RunStatus.FINISHED)
     return run.id
 
@@ -319,8 +345,9 @@ async def judge_route(body: JudgeRequest, request: Request, service: ServiceDep,
     account = service.admit(token, count)
     as_job = body.mode == "job" or (body.mode == "auto" and count > service.config.sync_max)
     if as_job:
-        return JSONResponse(start_job(service, settings, request.app, body, token, account).model_dump(mode="json"),
-                            status_code=202)  # fmt: skip
+        return JSONResponse(
+            start_job(service, settings, request.app, body, token, account).model_dump(mode="json"), status_code=202
+        )
     remaining = count
     try:
 
@@ -427,8 +454,9 @@ async def judge_job_events(
         while not await request.is_disconnected():
             job.changed.clear()
             view = job.view()
-            data = json.dumps({"id": job.id, "status": view.status, "done": view.done, "total": view.total,
-                               "passed": view.passed})  # fmt: skip
+            data = json.dumps(
+                {"id": job.id, "status": view.status, "done": view.done, "total": view.total, "passed": view.passed}
+            )
             if view.done != last:
                 last = view.done
                 yield f"event: progress\ndata: {data}\n\n"
@@ -488,8 +516,9 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = error_response(413, f"request body over {self.limit} bytes", "invalid_request_error",
-                                  code="body_too_large")  # fmt: skip
+        response = error_response(
+            413, f"request body over {self.limit} bytes", "invalid_request_error", code="body_too_large"
+        )
         await response(scope, receive, send)
 
 

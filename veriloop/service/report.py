@@ -24,6 +24,9 @@ def render_report(store: TrajectoryStore, run_id: str, settings: Settings, fmt: 
     view = overview(store, run, settings)
     template = ENV.get_template("report.html" if fmt == "html" else "report.md")
     return template.render(
-        title=f"Run {run.id[:8]} report", run=view.row.run, view=view, version=veriloop.__version__,
+        title=f"Run {run.id[:8]} report",
+        run=view.row.run,
+        view=view,
+        version=veriloop.__version__,
         written=utcnow().strftime("%Y-%m-%d %H:%M UTC"),
-    )  # fmt: skip
+    )

@@ -52,34 +52,72 @@ def node_facts(store: TrajectoryStore, run_id: str) -> list[NodeFact]:
     """Every node of a run as facts, by task then parents before children."""
     query = (
         select(
-            NodeRow.id, NodeRow.task_id, NodeRow.parent_id, NodeRow.depth, NodeRow.role, NodeRow.score,
-            NodeRow.created_at, NodeRow.meta, ExecutionRow.status, ExecutionRow.wall_s, VerificationRow.status,
-            VerificationRow.reason, VerificationRow.diagnostics, LLMCallRow.prompt_tokens,
-            LLMCallRow.completion_tokens, LLMCallRow.latency_s,
+            NodeRow.id,
+            NodeRow.task_id,
+            NodeRow.parent_id,
+            NodeRow.depth,
+            NodeRow.role,
+            NodeRow.score,
+            NodeRow.created_at,
+            NodeRow.meta,
+            ExecutionRow.status,
+            ExecutionRow.wall_s,
+            VerificationRow.status,
+            VerificationRow.reason,
+            VerificationRow.diagnostics,
+            LLMCallRow.prompt_tokens,
+            LLMCallRow.completion_tokens,
+            LLMCallRow.latency_s,
         )
         .outerjoin(ExecutionRow, ExecutionRow.node_id == NodeRow.id)
         .outerjoin(VerificationRow, VerificationRow.node_id == NodeRow.id)
         .outerjoin(LLMCallRow, LLMCallRow.node_id == NodeRow.id)
         .where(NodeRow.run_id == run_id)
         .order_by(NodeRow.task_id, NodeRow.depth, NodeRow.created_at, NodeRow.id)
-    )  # fmt: skip
+    )
 
     def work(session: Session) -> list[NodeFact]:
         if session.get(RunRow, run_id) is None:
             raise NotFoundError(f"run {run_id!r} not found")
         facts = []
         for row in session.execute(query):
-            (ident, task, parent, depth, role, score, created, meta, ex_status, ex_s, v_status, v_reason, diags,
-             prompt_tokens, completion_tokens, latency) = row  # fmt: skip
+            (
+                ident,
+                task,
+                parent,
+                depth,
+                role,
+                score,
+                created,
+                meta,
+                ex_status,
+                ex_s,
+                v_status,
+                v_reason,
+                diags,
+                prompt_tokens,
+                completion_tokens,
+                latency,
+            ) = row
             facts.append(
                 NodeFact(
-                    id=ident, task_id=task, parent_id=parent, depth=depth, role=role, score=score,
-                    created_at=created, metadata=meta or {}, exec_status=ex_status, exec_s=ex_s,
-                    verify_status=v_status, verify_reason=v_reason,
+                    id=ident,
+                    task_id=task,
+                    parent_id=parent,
+                    depth=depth,
+                    role=role,
+                    score=score,
+                    created_at=created,
+                    metadata=meta or {},
+                    exec_status=ex_status,
+                    exec_s=ex_s,
+                    verify_status=v_status,
+                    verify_reason=v_reason,
                     diagnostic_classes=_classes(diags),
-                    tokens=int(prompt_tokens or 0) + int(completion_tokens or 0), llm_s=float(latency or 0.0),
+                    tokens=int(prompt_tokens or 0) + int(completion_tokens or 0),
+                    llm_s=float(latency or 0.0),
                 )
-            )  # fmt: skip
+            )
         return facts
 
     return store._read(work)

@@ -407,8 +407,12 @@ def mark_security(rows: list[Row], runs: Sequence[RunNodes]) -> list[Row]:
     """Add each row's nodes' security findings: `security` (sft, verifier, trees) or `chosen_`/`rejected_security`."""
     findings = {node.id: list(node.metadata.get("security") or []) for item in runs for node in item.nodes}
     for row in rows:
-        for column, target in (("node_id", "security"), ("chosen_node_id", "chosen_security"),
-                               ("rejected_node_id", "rejected_security"), ("id", "security")):  # fmt: skip
+        for column, target in (
+            ("node_id", "security"),
+            ("chosen_node_id", "chosen_security"),
+            ("rejected_node_id", "rejected_security"),
+            ("id", "security"),
+        ):
             if column in row and target not in row:
                 row[target] = findings.get(str(row[column]), [])
     return rows

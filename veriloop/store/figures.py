@@ -193,9 +193,13 @@ def finished_outcomes(attempts: Iterable[Attempt]) -> dict[str, bool]:
 def compare_outcomes(a: Run, b: Run, left: dict[str, bool], right: dict[str, bool]) -> RunComparison:
     shared = sorted(set(left) & set(right))
     result = RunComparison(
-        a=a, b=b, shared_tasks=len(shared), same_suite=a.suite == b.suite,
-        only_a=sorted(set(left) - set(right)), only_b=sorted(set(right) - set(left)),
-    )  # fmt: skip
+        a=a,
+        b=b,
+        shared_tasks=len(shared),
+        same_suite=a.suite == b.suite,
+        only_a=sorted(set(left) - set(right)),
+        only_b=sorted(set(right) - set(left)),
+    )
     for task_id in shared:
         won, lost = left[task_id], right[task_id]
         outcome: Literal["win", "loss", "both", "neither"] = (

@@ -111,9 +111,14 @@ class JobQueue:
             now = utcnow()
             if row is None:
                 row = JobRow(
-                    id=new_id(), run_id=run_id, status=JobStatus.QUEUED.value, claims=0,
-                    cancel_requested=False, created_at=now, extra={},
-                )  # fmt: skip
+                    id=new_id(),
+                    run_id=run_id,
+                    status=JobStatus.QUEUED.value,
+                    claims=0,
+                    cancel_requested=False,
+                    created_at=now,
+                    extra={},
+                )
                 session.add(row)
             elif row.status not in ACTIVE:
                 row.status, row.worker, row.token = JobStatus.QUEUED.value, None, None
@@ -255,8 +260,10 @@ class JobQueue:
         """Jobs per status, plus `expired`: running jobs whose lease has run out."""
 
         def work(session: Session) -> dict[str, int]:
-            result = {str(status): int(count) for status, count in session.execute(
-                select(JobRow.status, func.count()).group_by(JobRow.status))}  # fmt: skip
+            result = {
+                str(status): int(count)
+                for status, count in session.execute(select(JobRow.status, func.count()).group_by(JobRow.status))
+            }
             expired = and_(JobRow.status == JobStatus.RUNNING.value, JobRow.lease_expires_at < utcnow())
             result["expired"] = int(session.scalar(select(func.count()).select_from(JobRow).where(expired)) or 0)
             return result

@@ -114,9 +114,15 @@ def run_tool(
             with out_path.open("wb") as out, err_path.open("wb") as err:
                 try:
                     process = subprocess.Popen(
-                        command, cwd=work, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                        env=environment, start_new_session=True, preexec_fn=joiner(group),
-                    )  # fmt: skip
+                        command,
+                        cwd=work,
+                        stdout=out,
+                        stderr=err,
+                        stdin=subprocess.DEVNULL,
+                        env=environment,
+                        start_new_session=True,
+                        preexec_fn=joiner(group),
+                    )
                 except (OSError, subprocess.SubprocessError) as exc:
                     why = getattr(exc, "strerror", None) or str(exc)
                     return ToolRun(list(argv), None, "", f"cannot start {argv[0]}: {why}", 0.0, None, None, False)

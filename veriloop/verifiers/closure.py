@@ -217,10 +217,13 @@ def nagini_decls(code: str) -> list[Decl]:
             if isinstance(node, ast.FunctionDef):
                 stripped = _without_docstring(node)
                 clauses = [
-                    s for s in node.body
-                    if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)
-                    and isinstance(s.value.func, ast.Name) and s.value.func.id in CONTRACT_CALLS
-                ]  # fmt: skip
+                    s
+                    for s in node.body
+                    if isinstance(s, ast.Expr)
+                    and isinstance(s.value, ast.Call)
+                    and isinstance(s.value.func, ast.Name)
+                    and s.value.func.id in CONTRACT_CALLS
+                ]
                 head: list[ast.AST] = [node.args, *node.decorator_list]
                 if node.returns is not None:
                     head.append(node.returns)
@@ -242,17 +245,29 @@ def nagini_decls(code: str) -> list[Decl]:
                 for target in targets:
                     if isinstance(target, ast.Name):
                         found.append(
-                            Decl(name=target.id, kind="const", text=ast.dump(node), signature=ast.dump(node),
-                                 mentions=_py_names([node]), defines=_py_names([node]))
-                        )  # fmt: skip
+                            Decl(
+                                name=target.id,
+                                kind="const",
+                                text=ast.dump(node),
+                                signature=ast.dump(node),
+                                mentions=_py_names([node]),
+                                defines=_py_names([node]),
+                            )
+                        )
             elif isinstance(node, ast.ClassDef):
                 fields = [s for s in node.body if not isinstance(s, ast.FunctionDef)]
                 bases = [ast.dump(b) for b in node.bases]
                 text = "class " + node.name + repr(bases) + "".join(ast.dump(s) for s in fields)
                 found.append(
-                    Decl(name=node.name, kind="class", text=text, signature=text,
-                         mentions=_py_names(node.bases), defines=_py_names([*node.bases, *fields]))
-                )  # fmt: skip
+                    Decl(
+                        name=node.name,
+                        kind="class",
+                        text=text,
+                        signature=text,
+                        mentions=_py_names(node.bases),
+                        defines=_py_names([*node.bases, *fields]),
+                    )
+                )
     return found
 
 

@@ -236,12 +236,50 @@ def _abstract_ok(dialect: Dialect, contract: Contract) -> bool:
 
 
 CONTRACT_NAMES = {
-    "Requires", "Ensures", "Exsures", "Invariant", "Assert", "Assume", "Old", "Result", "Implies", "Forall",
-    "Exists", "Acc", "Rd", "Fold", "Unfold", "Unfolding", "Pure", "Predicate", "Ghost", "ContractOnly",
-    "Decreases", "Previous", "RaisedException", "Sequence", "ToSeq", "Low", "Inhale", "Exhale", "Reveal",
-    "Opaque", "PSeq", "PSet", "PMultiset", "list_pred", "set_pred", "dict_pred", "Forall2", "Forall3",
-    "Forall6", "Let", "MayCreate", "Native", "Import",
-}  # fmt: skip
+    "Requires",
+    "Ensures",
+    "Exsures",
+    "Invariant",
+    "Assert",
+    "Assume",
+    "Old",
+    "Result",
+    "Implies",
+    "Forall",
+    "Exists",
+    "Acc",
+    "Rd",
+    "Fold",
+    "Unfold",
+    "Unfolding",
+    "Pure",
+    "Predicate",
+    "Ghost",
+    "ContractOnly",
+    "Decreases",
+    "Previous",
+    "RaisedException",
+    "Sequence",
+    "ToSeq",
+    "Low",
+    "Inhale",
+    "Exhale",
+    "Reveal",
+    "Opaque",
+    "PSeq",
+    "PSet",
+    "PMultiset",
+    "list_pred",
+    "set_pred",
+    "dict_pred",
+    "Forall2",
+    "Forall3",
+    "Forall6",
+    "Let",
+    "MayCreate",
+    "Native",
+    "Import",
+}
 ALLOWED_MODULES = ("nagini_contracts", "typing", "__future__")
 
 
@@ -282,9 +320,12 @@ def _nagini_recursion(tree: ast.Module) -> str | None:
     for name, node in functions.items():
         decorators = {ast.unparse(d) for d in node.decorator_list}
         measured = any(
-            isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and isinstance(s.value.func, ast.Name)
-            and s.value.func.id == "Decreases" for s in node.body
-        )  # fmt: skip
+            isinstance(s, ast.Expr)
+            and isinstance(s.value, ast.Call)
+            and isinstance(s.value.func, ast.Name)
+            and s.value.func.id == "Decreases"
+            for s in node.body
+        )
         if decorators & {"Pure", "Predicate"} or measured:
             continue
         called = set()

@@ -123,10 +123,16 @@ class NaginiWorker:
             self._group = box.cgroup()
             preexec = joiner(self._group)
         self._process = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-            start_new_session=True, cwd=self._jobs, preexec_fn=preexec,
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+            cwd=self._jobs,
+            preexec_fn=preexec,
             env=dict(TOOL_ENV) if self.sandbox is not None else None,
-        )  # fmt: skip
+        )
         self.starts += 1
         stdout = self._process.stdout
         assert stdout is not None
@@ -275,10 +281,15 @@ def result_from_reply(code: str, payload: dict[str, Any], version: str, seconds:
     """The worker's reply as a VerifyResult: one diagnostic per error, counts per function."""
     status = VerifyStatus(payload.get("status", "infra_error"))
     diagnostics = [
-        Diagnostic(severity="error", kind=classify(str(e.get("id", "")), str(e.get("message", ""))),
-                   message=str(e.get("message", "")), line=e.get("line"), column=e.get("column"))
+        Diagnostic(
+            severity="error",
+            kind=classify(str(e.get("id", "")), str(e.get("message", ""))),
+            message=str(e.get("message", "")),
+            line=e.get("line"),
+            column=e.get("column"),
+        )
         for e in payload.get("errors", [])
-    ]  # fmt: skip
+    ]
     if status is VerifyStatus.SYNTAX_ERROR and not diagnostics:
         diagnostics.append(Diagnostic(severity="error", kind="type", message=str(payload.get("text", ""))))
     spans = functions(code) if status in (VerifyStatus.VERIFIED, VerifyStatus.FAILED) else []
@@ -320,9 +331,11 @@ class NaginiVerifier:
     def from_settings(cls, settings: Settings) -> NaginiVerifier:
         section = settings.verifiers
         return cls(
-            default_python(settings), timeout_s=section.timeout_s, memory_mb=section.nagini_memory_mb,
+            default_python(settings),
+            timeout_s=section.timeout_s,
+            memory_mb=section.nagini_memory_mb,
             sandbox=tool_sandbox(settings),
-        )  # fmt: skip
+        )
 
     def options(self) -> dict[str, Any]:
         return {"timeout_s": self.timeout_s, "backend": "silicon"}
@@ -342,9 +355,13 @@ class NaginiVerifier:
         except SyntaxError as exc:
             diag = Diagnostic(severity="error", kind="syntax", message=str(exc.msg), line=exc.lineno, column=exc.offset)
             return VerifyResult(
-                status=VerifyStatus.SYNTAX_ERROR, errors=1, diagnostics=[diag], score=-1.0, tool=self.name,
+                status=VerifyStatus.SYNTAX_ERROR,
+                errors=1,
+                diagnostics=[diag],
+                score=-1.0,
+                tool=self.name,
                 version=await self.version(),
-            )  # fmt: skip
+            )
         try:
             version = await asyncio.to_thread(self.worker.ensure_started)
         except WorkerError as exc:
@@ -356,10 +373,14 @@ class NaginiVerifier:
             seconds = time.perf_counter() - started
             if str(exc) == "timeout":
                 return VerifyResult(
-                    status=VerifyStatus.TIMEOUT, tool=self.name, version=version, duration_s=seconds, score=-1.0,
+                    status=VerifyStatus.TIMEOUT,
+                    tool=self.name,
+                    version=version,
+                    duration_s=seconds,
+                    score=-1.0,
                     reason=f"no verdict within {self.timeout_s:g} s; the worker was recycled",
                     diagnostics=[Diagnostic(kind="timeout", message="verification timed out")],
-                )  # fmt: skip
+                )
             return infra_error(self.name, version, str(exc), seconds)
         result = result_from_reply(code, reply.payload, version, reply.seconds)
         return result.model_copy(update={"max_rss_mb": reply.rss_mb})

@@ -70,10 +70,16 @@ def main() -> int:
             kind = "invalid" if isinstance(exc, InvalidProgramException) else "unsupported"
             reply.update(
                 status="syntax_error",
-                errors=[{"id": kind, "message": f"{kind} program: {message}",
-                         "line": getattr(node, "lineno", None), "column": getattr(node, "col_offset", None)}],
+                errors=[
+                    {
+                        "id": kind,
+                        "message": f"{kind} program: {message}",
+                        "line": getattr(node, "lineno", None),
+                        "column": getattr(node, "col_offset", None),
+                    }
+                ],
                 text=f"Translation failed: {message}",
-            )  # fmt: skip
+            )
         except SyntaxError as exc:
             reply.update(
                 status="syntax_error",

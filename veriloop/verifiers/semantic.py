@@ -100,8 +100,11 @@ class Env:
 
 def _in_range(value: Any, bounds: tuple[int | None, int | None]) -> list[Any]:
     low, high = bounds
-    return [fact for fact in (value >= low if low is not None else None, value <= high if high is not None else None)
-            if fact is not None]  # fmt: skip
+    return [
+        fact
+        for fact in (value >= low if low is not None else None, value <= high if high is not None else None)
+        if fact is not None
+    ]
 
 
 def _element_range(type_text: str) -> tuple[int | None, int | None] | None:

@@ -1,10 +1,10 @@
 """Verus: `verus FILE --multiple-errors N [--output-json]`, its summary, its error/note blocks, and the node score.
 
-Two output formats are read (both in the research notes): the plain one, where stdout carries
-`verification results:: N verified, M errors` and stderr rustc-style blocks (`error: TITLE`, `  --> file:l:c`,
-`   |` message lines), and the JSON one (`--output-json`), where stdout is one JSON object with
-`verification-results.{verified,errors,success}`. The score is AlphaVerus's: v/(v+e) minus 0.1 per error block
-(the final `aborting due to` block excluded) and 0.04 per note, over v+e.
+Two output formats are read (Verus's own; AlphaVerus's `verus_utils.py` parses the first the same way): the plain one,
+where stdout carries `verification results:: N verified, M errors` and stderr rustc-style blocks (`error: TITLE`,
+`  --> file:l:c`, `   |` message lines), and the JSON one (`--output-json`), where stdout is one JSON object with
+`verification-results.{verified,errors,success}`. The score is AlphaVerus's: v/(v+e) minus 0.1 per error block (the
+final `aborting due to` block excluded) and 0.04 per note, over v+e.
 """
 
 from __future__ import annotations
@@ -150,22 +150,33 @@ def _json_blocks(stderr: str) -> list[ErrorBlock]:
         spans = item.get("spans") or [{}]
         span = next((s for s in spans if s.get("is_primary")), spans[0])
         blocks.append(
-            ErrorBlock(type=level, title=str(item.get("message", "")),
-                       message=[str(s.get("label") or "") for s in spans], file=span.get("file_name"),
-                       start_line=span.get("line_start"), column=span.get("column_start"),
-                       end_line=span.get("line_end"))
-        )  # fmt: skip
+            ErrorBlock(
+                type=level,
+                title=str(item.get("message", "")),
+                message=[str(s.get("label") or "") for s in spans],
+                file=span.get("file_name"),
+                start_line=span.get("line_start"),
+                column=span.get("column_start"),
+                end_line=span.get("line_end"),
+            )
+        )
     return blocks
 
 
 def judge(returncode: int | None, timed_out: bool, stdout: str, stderr: str) -> VerifyResult:
     report = parse_output(stdout, stderr)
     diagnostics = [
-        Diagnostic(severity="note" if b.type == "note" else "warning" if b.type == "warning" else "error",
-                   kind=classify(b.title), message=b.title, line=b.start_line, column=b.column, file=b.file)
+        Diagnostic(
+            severity="note" if b.type == "note" else "warning" if b.type == "warning" else "error",
+            kind=classify(b.title),
+            message=b.title,
+            line=b.start_line,
+            column=b.column,
+            file=b.file,
+        )
         for b in report.blocks
         if not b.title.startswith("aborting due to")
-    ]  # fmt: skip
+    ]
     reason = None
     if timed_out:
         status, reason = VerifyStatus.TIMEOUT, "the verifier ran past its time limit"
@@ -217,9 +228,13 @@ class VerusVerifier:
     def from_settings(cls, settings: Settings) -> VerusVerifier:
         section = settings.verifiers
         found = shutil.which(section.verus)
-        return cls(section.verus, timeout_s=section.timeout_s, multiple_errors=section.verus_multiple_errors,
-                   cache_dir=settings.paths.cache_dir,
-                   sandbox=tool_sandbox(settings, *([Path(found).resolve().parent] if found else [])))  # fmt: skip
+        return cls(
+            section.verus,
+            timeout_s=section.timeout_s,
+            multiple_errors=section.verus_multiple_errors,
+            cache_dir=settings.paths.cache_dir,
+            sandbox=tool_sandbox(settings, *([Path(found).resolve().parent] if found else [])),
+        )
 
     @property
     def available(self) -> bool:
@@ -231,9 +246,12 @@ class VerusVerifier:
     async def version(self) -> str:
         if not self._version:
             self._version = await asyncio.to_thread(
-                tool_version, self.command, ["--version"], r"(?:Verus|verus)\S*\s+(?:[Vv]ersion\s*)?:?\s*(\S+)",
+                tool_version,
+                self.command,
+                ["--version"],
+                r"(?:Verus|verus)\S*\s+(?:[Vv]ersion\s*)?:?\s*(\S+)",
                 self.cache_dir,
-            )  # fmt: skip
+            )
         return self._version
 
     async def _json_supported(self) -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ from veriloop.search import SEARCHES
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("dafny") is None, reason="dafny is not installed (Debian package dafny)")
+@pytest.mark.dafny
 def test_bench_reports_every_search_of_both_settings(tmp_path: Path) -> None:
     settings = load_settings(paths={"home": tmp_path, "data_dir": None}, llm={"backend": "scripted"})
     argv = ["--dafny-tasks", "1", "--humaneval-tasks", "1", "--width", "2", "--depth", "1", "--exploit-samples", "1",

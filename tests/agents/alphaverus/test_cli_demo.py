@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -16,8 +15,6 @@ from veriloop.sandbox import get_sandbox
 from veriloop.store import TrajectoryStore
 from veriloop.testing import ScriptedBackend
 
-needs_dafny = pytest.mark.skipif(shutil.which("dafny") is None, reason="dafny is not installed (Debian package dafny)")
-
 
 def test_bad_search_and_missing_suite_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--home", str(tmp_path), "run", "alphaverus", "--target", "dafny", "--search", "dfs"]) != 0
@@ -28,7 +25,7 @@ def test_bad_search_and_missing_suite_are_one_line_errors(tmp_path: Path, capsys
     assert "error: pass --suite" in capsys.readouterr().err
 
 
-@needs_dafny
+@pytest.mark.dafny
 @pytest.mark.slow
 def test_run_alphaverus_cli_with_a_scripted_model(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
@@ -45,7 +42,8 @@ def test_run_alphaverus_cli_with_a_scripted_model(
     assert attempt["budget"]["llm_calls"] == 4  # 2 explored + a width-2, depth-1 tree
 
 
-@needs_dafny
+@pytest.mark.slow
+@pytest.mark.dafny
 async def test_demo_treefinement_summary(tmp_path: Path) -> None:
     settings = load_settings(paths={"home": tmp_path, "data_dir": None})
     sandbox = get_sandbox(settings)

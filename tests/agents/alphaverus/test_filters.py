@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,8 +16,6 @@ from veriloop.sandbox import get_sandbox
 from veriloop.search import alphaverus_score
 from veriloop.store import TrajectoryStore
 from veriloop.testing import ScriptedBackend
-
-needs_dafny = pytest.mark.skipif(shutil.which("dafny") is None, reason="dafny is not installed (Debian package dafny)")
 
 HONEST = """method Max(a: int, b: int) returns (m: int)
   ensures m >= a && m >= b
@@ -93,7 +90,9 @@ def candidate(ctx: AgentContext, code: str) -> Node:
     return ctx.store.add_node(Node(run_id=ctx.run.id, task_id="max", code=code, score=1.0))
 
 
-@needs_dafny
+@pytest.mark.slow
+@pytest.mark.bwrap
+@pytest.mark.dafny
 async def test_spec_guard_passes_honest_and_rejects_hacked_programs(ctx: AgentContext) -> None:
     task = Task(id="max", suite="unit", prompt=HONEST, language="dafny", spec=HONEST)
     verifier = make_verifier("dafny", ctx)
@@ -108,7 +107,7 @@ async def test_spec_guard_passes_honest_and_rejects_hacked_programs(ctx: AgentCo
     assert weakened.status is VerifyStatus.REJECTED and "weaker" in (weakened.reason or "")
 
 
-@needs_dafny
+@pytest.mark.dafny
 @pytest.mark.slow
 async def test_exploit_model_flags_a_weak_spec_and_spares_an_honest_one(ctx: AgentContext) -> None:
     trivial = "```dafny\n  m := a;\n}\n```"

@@ -3,7 +3,6 @@ second round whose prompts carry the first round's solved pair; plus inference m
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -18,8 +17,6 @@ from veriloop.search.tree import load_tree
 from veriloop.store import TrajectoryStore
 from veriloop.tasks import load_suite
 from veriloop.testing import ScriptedBackend, prompt_text
-
-needs_dafny = pytest.mark.skipif(shutil.which("dafny") is None, reason="dafny is not installed (Debian package dafny)")
 
 MAX_WEAK = """method Max(a: int, b: int) returns (m: int)
   ensures m >= a
@@ -66,7 +63,7 @@ def hints_task(name: str, program: str) -> Task:
                 metadata={"mode": "hints", "verifier": "dafny"})  # fmt: skip
 
 
-@needs_dafny
+@pytest.mark.dafny
 @pytest.mark.slow
 async def test_two_rounds_explore_tree_filter_and_grow_the_pools(tmp_path: Path) -> None:
     settings = load_settings(paths={"home": tmp_path})
@@ -117,6 +114,7 @@ async def test_two_rounds_explore_tree_filter_and_grow_the_pools(tmp_path: Path)
     store.close()
 
 
+@pytest.mark.bwrap
 async def test_inference_mode_runs_treefinement_from_the_prompt(tmp_path: Path) -> None:
     settings = load_settings(paths={"home": tmp_path})
     store = TrajectoryStore.from_settings(settings)
@@ -161,12 +159,9 @@ DAFNY_ABS = """method Abs(x: int) returns (y: int)
 
 
 @pytest.mark.slow
+@pytest.mark.nagini
 async def test_a_dafny_to_nagini_round_with_the_real_nagini(tmp_path: Path) -> None:
-    from veriloop.verifiers.nagini import default_python
-
     settings = load_settings(paths={"home": tmp_path})
-    if not default_python(settings).exists():
-        pytest.skip(f"Nagini's virtualenv ({default_python(settings)}) is missing; scripts/setup-verifiers.sh makes it")
 
     def reply(prompt: Prompt) -> str:
         text = prompt_text(prompt)
@@ -198,7 +193,7 @@ async def test_a_dafny_to_nagini_round_with_the_real_nagini(tmp_path: Path) -> N
     store.close()
 
 
-@needs_dafny
+@pytest.mark.dafny
 @pytest.mark.slow
 async def test_an_interrupted_loop_resumes_from_its_checkpoint(tmp_path: Path) -> None:
     """The judge's backend dies mid-round; the rerun continues at the filter phase without exploring again."""
@@ -232,7 +227,7 @@ async def test_an_interrupted_loop_resumes_from_its_checkpoint(tmp_path: Path) -
     store.close()
 
 
-@needs_dafny
+@pytest.mark.dafny
 @pytest.mark.slow
 async def test_inference_shows_only_error_exemplars_whose_fix_left_the_spec_alone(tmp_path: Path) -> None:
     settings = load_settings(paths={"home": tmp_path})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from veriloop.tasks import load_suite
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.model,
-    pytest.mark.skipif(shutil.which("dafny") is None, reason="dafny is not installed (Debian package dafny)"),
+    pytest.mark.dafny,
 ]
 
 

@@ -18,10 +18,9 @@ def test_directions_parse() -> None:
         f2strans._directions("cpp-python")
 
 
+@pytest.mark.data("transcoder_unitrans_cleaned")
 def test_too_few_functions_is_a_config_error(tmp_path: Path) -> None:
     settings = load_settings(paths={"home": tmp_path, "data_dir": load_settings().paths.data_dir})
-    if settings.paths.data_dir is None or not (settings.paths.data_dir / "transcoder_unitrans_cleaned").is_dir():
-        pytest.skip("the benchmark data folder is not configured (VERILOOP_PATHS__DATA_DIR=../shared/data)")
     with pytest.raises(ConfigError, match="functions with every direction"):
         f2strans.main(settings, ["--n", "100000", "--work", str(tmp_path / "work")])
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +29,7 @@ RIGHT = "```python\ndef add_one(x):\n    return -(~x)\n```\n"
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    data = load_settings().paths.data_dir
-    if data is None or not (data / "transcoder_unitrans_cleaned").is_dir():
-        pytest.skip("the benchmark data folder is not configured (VERILOOP_PATHS__DATA_DIR=../shared/data)")
-    if shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap (bwrap) is not installed; scripts/setup-sandbox.sh installs it")
-    return load_settings(paths={"home": tmp_path, "data_dir": data})
+    return load_settings(paths={"home": tmp_path, "data_dir": load_settings().paths.data_dir})
 
 
 def _run(settings: Settings, backend: Any, options: dict[str, Any], ids: list[str]) -> tuple[str, list[Attempt]]:
@@ -53,6 +47,9 @@ def test_options_check_the_direction() -> None:
         make_agent("f2strans", {"source": "cobol"})
 
 
+@pytest.mark.slow
+@pytest.mark.bwrap
+@pytest.mark.data("transcoder_unitrans_cleaned")
 def test_failed_translation_is_repaired_with_test_feedback(settings: Settings) -> None:
     backend = ScriptedBackend([WRONG, RIGHT])
     run_id, [attempt] = _run(settings, backend, {"turns": 3}, [ADD_ONE])
@@ -77,6 +74,9 @@ def test_failed_translation_is_repaired_with_test_feedback(settings: Settings) -
     assert summary["computational_accuracy"] == 1.0 and summary["style"] == second.metadata["style"]["score"]
 
 
+@pytest.mark.slow
+@pytest.mark.bwrap
+@pytest.mark.data("transcoder_unitrans_cleaned")
 def test_turns_bound_the_repairs_and_the_graph_is_checkpointed(settings: Settings) -> None:
     backend = ScriptedBackend([WRONG])
     run_id, [attempt] = _run(settings, backend, {"turns": 2, "source": "java"}, [ADD_ONE])
@@ -92,6 +92,9 @@ def test_turns_bound_the_repairs_and_the_graph_is_checkpointed(settings: Setting
     assert checkpoint is not None and checkpoint.checkpoint["channel_values"]["turn"] == 2
 
 
+@pytest.mark.slow
+@pytest.mark.bwrap
+@pytest.mark.data("transcoder_unitrans_cleaned")
 def test_samples_are_stored_as_siblings_and_feed_both_training_sets(settings: Settings) -> None:
     other = "transcoder/ADD_1_TO_A_GIVEN_NUMBER"
 
@@ -122,6 +125,8 @@ def test_samples_are_stored_as_siblings_and_feed_both_training_sets(settings: Se
     assert by_task[other]["rejected"][0]["content"].endswith("return x\n```")
 
 
+@pytest.mark.bwrap
+@pytest.mark.data("transcoder_unitrans_cleaned")
 def test_tasks_without_the_direction_are_errors_not_crashes(settings: Settings) -> None:
     from veriloop.tasks import load_suite
 
@@ -131,6 +136,9 @@ def test_tasks_without_the_direction_are_errors_not_crashes(settings: Settings) 
     assert attempt.status == "error" and "no python test program" in (attempt.error or "")
 
 
+@pytest.mark.slow
+@pytest.mark.bwrap
+@pytest.mark.data("transcoder_unitrans_cleaned")
 def test_cli_reports_accuracy_and_style(settings: Settings, capsys: pytest.CaptureFixture[str]) -> None:
     home = str(settings.paths.home)
     code = main(["--home", home, "--backend", "scripted", "run", "f2strans", "--from", "cpp", "--to", "python",
@@ -143,6 +151,9 @@ def test_cli_reports_accuracy_and_style(settings: Settings, capsys: pytest.Captu
     assert "must differ" in capsys.readouterr().err
 
 
+@pytest.mark.slow
+@pytest.mark.bwrap
+@pytest.mark.data("transcoder_unitrans_cleaned")
 def test_cli_train_runs_a_functional_and_style_round(
     settings: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -168,11 +179,12 @@ def test_agent_class_is_registered() -> None:
 
 @pytest.mark.slow
 @pytest.mark.model
+@pytest.mark.bwrap
+@pytest.mark.data("transcoder_unitrans_cleaned")
 def test_real_model_translates_three_functions(tmp_path: Path, model_settings: Settings) -> None:
     """The embedded model, the bwrap sandbox and SQLite on three functions, then one tiny training round."""
     data = load_settings().paths.data_dir
-    if data is None or not (data / "transcoder_unitrans_cleaned").is_dir():
-        pytest.skip("the benchmark data folder is not configured (VERILOOP_PATHS__DATA_DIR=../shared/data)")
+    assert data is not None
     from veriloop.agents.f2strans.training import RoundSpec, train_round
 
     settings = model_settings.model_copy(
@@ -204,6 +216,9 @@ def test_real_model_translates_three_functions(tmp_path: Path, model_settings: S
     assert report["model"].startswith("checkpoint:") and report["sft"]["steps"] == 1
 
 
+@pytest.mark.slow
+@pytest.mark.bwrap
+@pytest.mark.data("transcoder_unitrans_cleaned")
 def test_an_interrupted_episode_resumes_from_its_checkpoint(settings: Settings) -> None:
     from veriloop.errors import BackendError
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from veriloop.bench import mucode
 from veriloop.config import load_settings
 from veriloop.store import TrajectoryStore
 
 
+@pytest.mark.slow
 def test_bench_reports_every_key_with_a_scripted_model(tmp_path: Path) -> None:
     settings = load_settings(paths={"home": tmp_path}, llm={"backend": "scripted"})
     partial = tmp_path / "partial.json"

@@ -79,6 +79,7 @@ def test_options_need_a_verifier_for_lv() -> None:
     assert MuCodeOptions(n=5).first_temperature() == 0.7 and MuCodeOptions().first_temperature() == 0.0
 
 
+@pytest.mark.bwrap
 async def test_feedback_turn_then_success_ends_the_episode(settings: Settings) -> None:
     backend = ScriptedBackend([BAD, GOOD, BAD])
     attempt, nodes = await _solve(settings, backend, MuCodeOptions(turns=3))
@@ -94,6 +95,7 @@ async def test_feedback_turn_then_success_ends_the_episode(settings: Settings) -
     assert "assert add(0, 1) == 1" in second[0].content  # the public test is shown, named by its function
 
 
+@pytest.mark.slow
 async def test_latest_history_shows_only_the_last_code(settings: Settings) -> None:
     backend = ScriptedBackend([BAD, BAD, BAD])
     attempt, nodes = await _solve(settings, backend, MuCodeOptions(turns=3, history="latest"))
@@ -105,12 +107,14 @@ async def test_latest_history_shows_only_the_last_code(settings: Settings) -> No
     assert final.metadata["turn"] == 3 and final.exec_result is not None and not final.exec_result.passed
 
 
+@pytest.mark.bwrap
 async def test_private_tests_decide_after_a_public_pass(settings: Settings) -> None:
     attempt, nodes = await _solve(settings, ScriptedBackend([PUBLIC_ONLY, GOOD]), MuCodeOptions(turns=3))
     assert attempt.status == "failed"  # the public test passed, so the episode ended; the private ones failed
     assert [node.role for node in nodes] == ["generate", "final"]
 
 
+@pytest.mark.bwrap
 async def test_best_of_n_keeps_the_public_pass_and_stores_every_candidate(settings: Settings) -> None:
     replies = iter([BAD, GOOD, BAD])
     backend = ScriptedBackend([lambda _prompt: next(replies)])
@@ -130,6 +134,7 @@ class ScriptedVerifier:
         return [1.0 if "x - y" in reply else 0.0 for reply in replies]
 
 
+@pytest.mark.bwrap
 @pytest.mark.parametrize(("rule", "status"), [("lv", "failed"), ("pt+lv", "passed")])
 async def test_verifier_rules(settings: Settings, rule: str, status: str) -> None:
     def reply(prompt: Prompt) -> str:
@@ -155,6 +160,7 @@ def test_prompts_show_mbpp_tests_once() -> None:
     assert prompt_text([prompts.first_turn(task)]) == text
 
 
+@pytest.mark.slow
 def test_run_mucode_cli_with_scripted_backend(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = ["--home", str(tmp_path), "--backend", "scripted", "run", "mucode", "--suite", "humaneval-test"]
     assert main([*args, "--limit", "2", "--turns", "2", "--json"]) == 0

@@ -13,6 +13,7 @@ from veriloop.store import TrajectoryStore
 from veriloop.testing import tiny_model_folder
 
 
+@pytest.mark.slow
 def test_run_revise_train_registers_both_stages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = tiny_model_folder(tmp_path / "tiny")
     home = tmp_path / "home"
@@ -46,6 +47,7 @@ def test_bad_options_fail_before_the_model_is_prepared(tmp_path: Path, capsys: p
     assert not (tmp_path / "checkpoints").exists()
 
 
+@pytest.mark.slow
 async def test_a_run_created_like_the_api_does_gets_the_model_with_decision_tokens(tmp_path: Path) -> None:
     from veriloop.agents.runner import create_run, execute_run
 

@@ -99,6 +99,7 @@ def test_balance_repeats_the_rarer_verdict() -> None:
     assert balance(rows[:3]) == rows[:3]  # one verdict only: nothing to balance
 
 
+@pytest.mark.bwrap
 async def test_rows_from_a_stored_run(tmp_path: Path) -> None:
     """The graph stores what the builder reads: a wrong first attempt refined into a right one."""
     settings = load_settings(paths={"home": tmp_path})

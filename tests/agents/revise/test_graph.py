@@ -78,6 +78,7 @@ def context(settings: Settings, env: Env, backend: Backend) -> AgentContext:
     return AgentContext(settings, backend, sandbox, store, run)
 
 
+@pytest.mark.bwrap
 async def test_refine_after_a_wrong_answer_fixes_it(settings: Settings, task: Task, env: Env) -> None:
     backend = ScriptedScoringBackend([refine_to_right], scorer=judge(0.9, 0.2))
     agent = ReviseAgent(ReviseOptions(samples=2, max_refinements=2))
@@ -103,6 +104,7 @@ async def test_refine_after_a_wrong_answer_fixes_it(settings: Settings, task: Ta
     assert len(backend.scored) == 4
 
 
+@pytest.mark.bwrap
 async def test_confidence_aware_decoding_beats_the_majority(settings: Settings, task: Task, env: Env) -> None:
     replies = [WRONG, WRONG, RIGHT]
     results = {}

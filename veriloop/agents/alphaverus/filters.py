@@ -1,4 +1,4 @@
-"""AlphaVerus's defences against misaligned programs (research notes §1.3), beyond the verifier's spec guard.
+"""AlphaVerus's defences against misaligned programs (Aggarwal et al., arXiv 2412.06176), beyond the spec guard.
 
 - Exploit model: shown only the spec prefix of the last method (everything up to its opening brace), an
   LLM proposes trivial bodies; any that verifies (0 errors, > 0 verified) marks the spec misaligned.

@@ -1,4 +1,4 @@
-"""AlphaVerus's prompts (research notes §1.1-§1.3), per target verifier, with exemplars from the pools.
+"""AlphaVerus's prompts (Aggarwal et al., arXiv 2412.06176), per target verifier, with exemplars from the pools.
 
 The wording follows the original (translation turn, fix prompt with the verifier's errors, exploit
 critique, equivalence judge); the Verus-specific phrases are swapped for the target's names.

@@ -1,4 +1,4 @@
-"""AlphaVerus's syntactic rule filters (research notes §1.3 A) that the spec guard does not already cover.
+"""AlphaVerus's syntactic rule filters (`cmu-l3/alphaverus`, inference/rebase.py) that the spec guard lacks.
 
 They run before the verifier (a rejected program costs no tool run) and score -1 with the original's message:
 comments outnumbering code ("mislead the critique module"), no `ensures` left when the task has one, more

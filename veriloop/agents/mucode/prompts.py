@@ -4,7 +4,7 @@ Two ways to show the model its history (option `history`):
 
 * `full`: the paper's conversation, each reply followed by a user turn `Feedback: <public feedback>`;
 * `latest`: one user turn holding the problem, the latest code only and its feedback. The embedded
-  135M model repeated its previous answer in 87% of full-history repair turns (research baseline),
+  135M model repeated its previous answer in 87% of full-history repair turns (measured here on HumanEval),
   and the whole conversation makes prefill grow each turn.
 
 The verifier always sees the first user turn alone (the problem), never the history.

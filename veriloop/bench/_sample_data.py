@@ -3,7 +3,8 @@
 Two runs over the same HumanEval tasks, through the real agent, sandbox and store: one whose scripted
 model answers with each task's reference body (passes its tests) and one that answers `return None`
 (fails), so every prompt has a passed and a failed sibling. Tests and `veriloop bench train` export
-and train on these when no real run is given.
+and train on these when no real run is given. It lives with the benchmarks (the face layer), not in
+`training/`, because it drives an agent: training sits beside the agents and must not import them.
 """
 
 from __future__ import annotations
