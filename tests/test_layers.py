@@ -16,7 +16,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("methods", {"agents", "training"}),
     ("machinery", {"search", "tasks", "verifiers", "llm"}),
     ("ground", {"sandbox", "kernels", "store"}),
-    ("core", {"records", "errors", "config", "registry", "client", "testing", "__init__"}),
+    ("core", {"records", "errors", "config", "registry", "client", "testing", "__init__", "_astguard"}),
 ]
 """Top to bottom. An import may point to its own layer or any layer below it, never above."""
 

@@ -7,3 +7,7 @@ modules `records`, `errors`, `config`.
 """
 
 __version__ = "0.1.0"
+
+from veriloop import _astguard
+
+_astguard.install()
