@@ -308,8 +308,8 @@ def test_the_build_only_program_builds_around_a_function(box: Any, language: str
     """The C, Java, Go and Rust build-only programs (Python and C++ run above) compile in the real sandbox."""
     import asyncio
 
-    from veriloop.cli.solve_builds import CHECK, build_only_program
     from veriloop.records import ExecStatus
+    from veriloop.sandbox.build_only import CHECK, build_only_program
     from veriloop.sandbox.languages import available, harness_job
 
     if not available(language, box.toolchain):

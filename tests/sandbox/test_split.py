@@ -138,3 +138,16 @@ def test_split_jobs_run_the_trusted_side_in_their_own_phase(language: str) -> No
     assert job.trusted is not None and job.trusted.steps[-1].stdin_from == "candidate"
     trusted_text = "".join(job.trusted.files.values())
     assert "CANDIDATE_BODY" not in trusted_text and "CANDIDATE_BODY" in "".join(job.files.values())
+
+
+@pytest.mark.parametrize("language", ["c", "cpp", "java", "rust", "go"])
+def test_only_the_unchanged_build_only_program_runs_without_a_reference(language: str) -> None:
+    """`solve --to` without tests: the build-and-run program may run unsplit (its one claim is that the candidate
+    built and ran); the same program with anything added is refused like any other program without `f_gold`."""
+    from veriloop.sandbox.build_only import build_only_program
+
+    program = build_only_program(language)
+    job = langs.harness_job(language, TOOLCHAIN, "int twice(int x) { return 2 * x; }", program)
+    assert job.language == language
+    with pytest.raises(ConfigError, match="trust_program_output=True"):
+        langs.harness_job(language, TOOLCHAIN, "", program.replace("builds_and_runs", "all_tests"))

@@ -5,7 +5,7 @@
   (default: the file itself, so the guard rejects a proof that weakens what the file promises);
 * a Python file with `--tests`: μCode repairs it against the tests;
 * a source file with `--to LANG`: F2STrans translates it, judged by `--tests` (the target's test program)
-  when given; without it the translation is only built and run (`solve_builds.py`), and the verdict
+  when given; without it the translation is only built and run (`sandbox/build_only.py`), and the verdict
   says it was not functionally checked.
 
 The program becomes a one-task file under `home/solves/` and runs through the same runner as
@@ -112,7 +112,7 @@ def plan_solve(
             raise ConfigError("--to must differ from the file's language")
         functional = tests is not None
         if tests is None:
-            from veriloop.cli.solve_builds import build_only_program
+            from veriloop.sandbox.build_only import build_only_program
 
             tests = build_only_program(to)
         if language == "python":

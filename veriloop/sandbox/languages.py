@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from veriloop.errors import ConfigError
-from veriloop.sandbox import harness_py, split
+from veriloop.sandbox import build_only, harness_py, split
 from veriloop.sandbox.base import Toolchain
 from veriloop.sandbox.job import Checks, Job, Limits, Phase, StdioCase, Step
 
@@ -306,7 +306,7 @@ def harness_job(
     why = split.refusal(lang.name, harness)
     if why is None:
         return _split_job(lang, toolchain, code, harness, limits)
-    if not trust_program_output:
+    if not trust_program_output and not build_only.is_build_only(lang.name, harness):
         raise ConfigError(
             f"this {lang.name} test program cannot be judged without trusting its output, which the candidate can "
             f"forge: {why}. Give it a reference `f_gold` that returns a value before its TOFILL line, or pass "

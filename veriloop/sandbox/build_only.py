@@ -4,6 +4,8 @@ Why: with no tests and nothing to compare against, the one honest check left is 
 compiles in the target language and its program starts. Each program below holds the `TOFILL` slot
 the translation fills (as TransCoder's scripts do, with their usual headers) and a `main` that
 reports one test, `builds_and_runs`; the verdict says the translation was not functionally checked.
+`harness_job` runs exactly these programs as one program (nothing to split: no reference), which is
+sound because the only claim is that the candidate built and ran, and printing the line proves that much.
 """
 
 from __future__ import annotations
@@ -34,3 +36,8 @@ BUILD_ONLY = {
 def build_only_program(language: str) -> str:
     """The build-and-run test program for `language` (every language F2STrans translates into has one)."""
     return BUILD_ONLY[language]
+
+
+def is_build_only(language: str, harness: str) -> bool:
+    """The harness is this module's build-and-run program for `language`, unchanged."""
+    return BUILD_ONLY.get(language) == harness
