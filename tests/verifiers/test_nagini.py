@@ -135,3 +135,16 @@ async def test_warm_worker_is_faster_than_its_cold_start(nagini: NaginiVerifier)
     result = await nagini.check(code)
     assert result.status is V and nagini.worker.starts == starts
     assert time.perf_counter() - began >= result.duration_s
+
+
+@pytest.mark.slow
+def test_the_warm_worker_outlives_the_event_loop_that_started_it(nagini: NaginiVerifier) -> None:
+    """bwrap's --die-with-parent fires when the forking *thread* ends; a worker forked from an event loop's
+    executor thread died with each `asyncio.run` (every CLI command and test paid a cold JVM start)."""
+    import asyncio
+
+    code = (DATA / "max_ok.nagini").read_text()
+    assert asyncio.run(nagini.check(code)).status is V
+    starts = nagini.worker.starts
+    assert asyncio.run(nagini.check(code)).status is V
+    assert nagini.worker.alive and nagini.worker.starts == starts

@@ -13,6 +13,7 @@ import ast
 import asyncio
 import atexit
 import contextlib
+import functools
 import json
 import os
 import queue
@@ -22,6 +23,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,6 +88,12 @@ class Reply:
     rss_mb: float | None = None
 
 
+_SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nagini-spawner")
+"""Workers are started from this one long-lived thread. bwrap's --die-with-parent is Linux's parent-death signal,
+which fires when the *thread* that forked the child ends: started from `asyncio.to_thread`, a worker died with
+its event loop's executor, so every `asyncio.run` (each test, each CLI command) paid a cold JVM start."""
+
+
 class NaginiWorker:
     """One supervised worker process; thread-safe, one request at a time."""
 
@@ -122,7 +130,8 @@ class NaginiWorker:
                 raise WorkerError(str(exc)) from None
             self._group = box.cgroup()
             preexec = joiner(self._group)
-        self._process = subprocess.Popen(
+        spawn = functools.partial(
+            subprocess.Popen,
             argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -133,6 +142,7 @@ class NaginiWorker:
             preexec_fn=preexec,
             env=dict(TOOL_ENV) if self.sandbox is not None else None,
         )
+        self._process = _SPAWNER.submit(spawn).result()
         self.starts += 1
         stdout = self._process.stdout
         assert stdout is not None
