@@ -68,7 +68,7 @@ def test_show_compare_report_and_rerun(capsys: pytest.CaptureFixture[str], setti
     provenance = summary["provenance"]
     assert provenance["suite"]["name"] == "humaneval" and provenance["suite"]["tasks"] == 2
     assert provenance["suite"]["content_hash"].startswith("sha256:") and provenance["seeds"] == {"seed": 7}
-    assert provenance["options"]["n"] == 3 and provenance["model"] == "scripted"
+    assert provenance["options"]["samples"] == 3 and provenance["model"] == "scripted"
     assert list(provenance["prompt_hashes"]) == ["veriloop.agents.mucode.prompts"]
     assert provenance["sandbox"]["backend"] == "bwrap" and provenance["sandbox"]["version"]
     assert provenance["veriloop_version"] and "api_key" not in json.dumps(provenance["settings"])
