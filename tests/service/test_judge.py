@@ -247,3 +247,28 @@ def test_the_route_declares_its_answers_in_openapi(client: TestClient) -> None:
     assert "Retry-After" in operation["responses"]["429"]["headers"]
     events = client.get("/openapi.json").json()["paths"]["/api/judge/jobs/{job_id}/events"]["get"]
     assert "text/event-stream" in events["responses"]["200"]["content"]
+
+
+POLY_PROMPT = """import math
+
+
+def poly(xs: list, x: float):
+    return sum(coeff * math.pow(x, i) for i, coeff in enumerate(xs))
+
+
+def find_zero(xs: list):
+    \"\"\"A zero of the polynomial with coefficients xs.\"\"\"
+"""
+POLY_TESTS = "def check(candidate):\n    assert abs(poly([1, 2], candidate([1, 2]))) < 1e-6\n\ncheck(find_zero)\n"
+POLY_RIGHT = "\n    return -xs[0] / xs[1]\n"
+POLY_REDEFINED = "\n    return 0.0\n\n\ndef poly(xs, x):\n    return 0.0\n"
+
+
+def test_the_prompts_own_helpers_judge_an_inline_candidate(client: TestClient) -> None:
+    """An external trainer sends the prompt with the candidate: the tests call the prompt's `poly`, so a wrong
+    `find_zero` that redefines `poly` to return 0 is not rewarded (it passes when the prompt is left out)."""
+    body = {"tests": POLY_TESTS, "entry_point": "find_zero", "prompt": POLY_PROMPT}
+    hostile, honest = ({**body, "code": POLY_PROMPT + code} for code in (POLY_REDEFINED, POLY_RIGHT))
+    without_prompt = {k: v for k, v in hostile.items() if k != "prompt"}
+    results = post(client, [hostile, honest, without_prompt])["results"]
+    assert [r["status"] for r in results] == ["failed", "passed", "passed"], results

@@ -337,7 +337,8 @@ class Judge:
         """The sandbox job, built by the same helpers as `veriloop exec --tests`."""
         toolchain = self.sandbox.toolchain
         limits = self._limits_for(candidate)
-        tests, entry, helpers = candidate.tests, candidate.entry_point, None
+        tests, entry = candidate.tests, candidate.entry_point
+        helpers = langs.prompt_helpers(candidate.prompt, entry) if candidate.prompt else None
         if candidate.task_id is not None:
             task = self.task_of(candidate)
             tests, entry = task.tests, entry or task.entry_point
