@@ -313,7 +313,7 @@ def test_the_build_only_program_builds_around_a_function(box: Any, language: str
     from veriloop.sandbox.languages import available, harness_job
 
     if not available(language, box.toolchain):
-        pytest.skip(f"the {language} toolchain is not installed")
+        pytest.skip(f"the {language} toolchain is not installed here (scripts/setup-sandbox.sh installs it)")
     job = harness_job(language, box.toolchain, BUILD_ONLY_FUNCTIONS[language], build_only_program(language))
     result = asyncio.run(box.run(job))
     assert result.status is ExecStatus.PASSED, result

@@ -9,7 +9,6 @@ through the same `execute_run -> Agent.train` path and check the registered chec
 from __future__ import annotations
 
 import asyncio
-import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,12 +44,10 @@ def _recorder(monkeypatch: pytest.MonkeyPatch, module: str) -> list[dict[str, An
     return calls
 
 
+@pytest.mark.bwrap
+@pytest.mark.data("transcoder_unitrans_cleaned")
 def test_post_api_runs_trains_f2strans_in_the_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = load_settings().paths.data_dir
-    if data is None or not (data / "transcoder_unitrans_cleaned").is_dir():
-        pytest.skip("the benchmark data folder is not configured (VERILOOP_PATHS__DATA_DIR=../shared/data)")
-    if shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap (bwrap) is not installed; scripts/setup-sandbox.sh installs it")
     calls = _recorder(monkeypatch, "veriloop.agents.f2strans.training")
     settings = load_settings(
         paths={"home": tmp_path, "data_dir": data},

@@ -9,6 +9,7 @@ plus one registry line.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self, TypeVar
 
@@ -25,7 +26,7 @@ Trainer = Callable[["TrainSpec", "Settings", "Progress | None"], "TrainResult"]
 FusedCE = Literal["auto"] | bool
 
 
-class TrainerConfig(BaseModel):
+class TrainerConfig(BaseModel, ABC):
     """Base of every trainer's knobs: strict, so `--option gama=0.9` is an error and not a silent default."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -38,9 +39,9 @@ class TrainerConfig(BaseModel):
         """The spec's options validated as this trainer's config."""
         return parse(cls, spec.method, spec.options)
 
+    @abstractmethod
     def trainer(self) -> Trainer:
-        """The function that trains with this config."""
-        raise NotImplementedError
+        """The function that trains with this config (each trainer's config names its own)."""
 
 
 TrainerConfigT = TypeVar("TrainerConfigT", bound=TrainerConfig)
