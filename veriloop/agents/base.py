@@ -33,6 +33,9 @@ from veriloop.registry import Registry
 OnAttempt = Callable[[Attempt], Awaitable[None] | None]
 """Called once per finished task; the runner uses it for progress bars and live events."""
 
+TrainOnRun = Callable[..., Any]
+"""`train_on_run(settings, store, run, tasks, options)`: a method's training round on what a run stored."""
+
 
 class AgentOptions(BaseModel):
     """Base of every agent's options: strict, so a misspelt option is an error and not a silent default."""
@@ -98,6 +101,18 @@ class Agent(ABC, Generic[OptionsT]):
         μCode's expert iteration replaces solving; F2STrans and ReVISE solve, then train on what the run stored.
         """
         raise ConfigError(f"method {self.name!r} has no learning loop (no train option)")
+
+    async def solve_then_train(
+        self, tasks: Sequence[Task], ctx: AgentContext, on_attempt: OnAttempt | None, train_on_run: TrainOnRun
+    ) -> list[Attempt]:
+        """The loop F2STrans and ReVISE share: solve the tasks, then train on every task the run has stored
+        (a resumed run's earlier tasks too)."""
+        from veriloop.agents.runner import suite_of
+
+        attempts = await self.run_suite(tasks, ctx, on_attempt)
+        everything = suite_of(ctx.run, ctx.settings).tasks
+        await asyncio.to_thread(train_on_run, ctx.settings, ctx.store, ctx.run, everything, self.options)
+        return attempts
 
 
 async def notify(on_attempt: OnAttempt | None, attempt: Attempt) -> None:

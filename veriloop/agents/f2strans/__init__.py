@@ -42,9 +42,5 @@ class F2STransAgent(CheckpointedAgent[F2STransOptions]):
     ) -> list[Attempt]:
         """Translate the tasks, then one round on every translation the run stored: functional SFT, style DPO."""
         from veriloop.agents.f2strans.training import train_on_run
-        from veriloop.agents.runner import suite_of
 
-        attempts = await self.run_suite(tasks, ctx, on_attempt)
-        everything = suite_of(ctx.run, ctx.settings).tasks  # a resumed run trains on the tasks solved before too
-        await asyncio.to_thread(train_on_run, ctx.settings, ctx.store, ctx.run, everything, self.options)
-        return attempts
+        return await self.solve_then_train(tasks, ctx, on_attempt, train_on_run)

@@ -6,7 +6,6 @@ preference data (verify, then correct) from stored runs and trains it.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 
 from veriloop.agents.base import OnAttempt
@@ -42,9 +41,5 @@ class ReviseAgent(CheckpointedAgent[ReviseOptions]):
     ) -> list[Attempt]:
         """Sample the tasks, then the two-stage curriculum on every trajectory the run stored."""
         from veriloop.agents.revise.curriculum import train_on_run
-        from veriloop.agents.runner import suite_of
 
-        attempts = await self.run_suite(tasks, ctx, on_attempt)
-        everything = suite_of(ctx.run, ctx.settings).tasks  # a resumed run trains on the tasks solved before too
-        await asyncio.to_thread(train_on_run, ctx.settings, ctx.store, ctx.run, everything, self.options)
-        return attempts
+        return await self.solve_then_train(tasks, ctx, on_attempt, train_on_run)
