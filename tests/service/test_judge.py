@@ -97,6 +97,18 @@ def test_security_findings_are_reported_and_penalised(client: TestClient) -> Non
     assert results[0]["reward"] == pytest.approx(0.7) and results[1]["reward"] == 1.0 and not results[1]["security"]
 
 
+def test_a_candidate_cannot_silence_the_scan(client: TestClient) -> None:
+    """`# nosec` is the candidate's own comment, and code that crashes bandit is not clean code."""
+    code = "import subprocess  # nosec\ndef add(a, b):\n    subprocess.run(f'echo {a}', shell=True)  # nosec B602\n"
+    silenced = {"code": code + "    return a + b\n", "tests": TESTS}
+    crashing = {"code": ADD + "ONE = " + "+".join(["1"] * 1500) + "\n", "tests": TESTS}  # bandit recurses too deep
+    results = post(client, [silenced, crashing], reward={"security_weight": 0.3})["results"]
+    assert results[0]["status"] == "passed" and {f["test_id"] for f in results[0]["security"]} >= {"B602", "B404"}
+    assert results[0]["reward"] < 1.0
+    assert results[1]["status"] == "passed" and [f["test_id"] for f in results[1]["security"]] == ["unscanned"]
+    assert results[1]["reward"] == pytest.approx(0.7)
+
+
 def test_bad_input_is_refused_before_any_work(tmp_path: Path) -> None:
     settings = judge_settings(tmp_path, max_candidates=3, max_body_mb=0.05)
     with TestClient(create_app(settings, backend=ScriptedBackend())) as client:
