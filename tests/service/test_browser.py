@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from veriloop.agents.mucode.state import MuCodeOptions
 from veriloop.agents.runner import create_run
 from veriloop.config import Settings, StoreSettings
 from veriloop.records import (
@@ -229,11 +230,18 @@ def test_compare_two_runs_on_one_suite(dashboard: Dashboard, page: Any) -> None:
 
 def test_queue_a_run_from_the_form_then_cancel_it(dashboard: Dashboard, page: Any) -> None:
     page.goto(dashboard.server.url + "/")
-    page.fill("#new-run input[name=options]", '{"turns": 3}')
+    page.select_option("#new-run select[name=agent]", "mucode")  # the form's inputs come from MuCodeOptions
+    mucode = page.locator("fieldset[data-agent=mucode]")
+    assert mucode.is_visible() and not page.locator("fieldset[data-agent=direct]").is_visible()
+    assert mucode.locator("[data-option]").count() == len(MuCodeOptions.model_fields)
+    assert mucode.locator("select[data-option=selection] option").all_inner_texts() == ["pt", "lv", "pt+lv", "random"]
+    mucode.locator("input[data-option=turns]").fill("0")  # below its bound: the server refuses it, as the CLI does
     page.click("#new-run button[type=submit]")
     page.wait_for_selector("#new-run-msg:has-text('bad options')")
+    assert "turns" in page.locator("#new-run-msg").inner_text()
+    page.select_option("#new-run select[name=agent]", "direct")
     page.fill("#new-run input[name=limit]", "1")
-    page.fill("#new-run input[name=options]", '{"concurrency": 1}')
+    page.locator("fieldset[data-agent=direct] input[data-option=concurrency]").fill("1")
     page.click("#new-run button[type=submit]")
     page.wait_for_url("**/runs/**")
     assert page.locator("#status").inner_text() == "pending"  # this server has no job loop: the run waits

@@ -25,6 +25,7 @@ from veriloop.agents.runner import create_run
 from veriloop.config import LLMSettings, Settings
 from veriloop.errors import NotFoundError, VeriloopError
 from veriloop.records import Attempt, ExecResult, Node, RegisteredModel, Run, RunStatus, VerifyResult, new_id
+from veriloop.service.agent_options import document_options, options_schemas
 from veriloop.service.deps import settings_of, store_of
 from veriloop.service.http_errors import APIError, error_responses, sse_event_schema
 from veriloop.service.views import RunOverview, RunPage, TaskRow, overview, progress_total, run_row, task_rows
@@ -68,7 +69,11 @@ class RunCreate(Strict):
     agent: str = Field(description="Agent (method) name, e.g. direct, mucode, alphaverus, f2strans, revise.")
     suite: str = Field("humaneval", description="Task suite name.")
     model: str | None = Field(None, description="Model for the run; None = the server's configured model.")
-    options: dict[str, Any] = Field(default_factory=dict, description="The agent's options (validated by it).")
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The agent's options (validated by it): one of the schemas below, the one of `agent`.",
+        json_schema_extra=document_options,
+    )
     limit: int | None = Field(None, ge=1, description="Only the first N tasks of the suite.")
     task_ids: list[str] = Field(default_factory=list, description="Only these task ids.")
 
@@ -129,6 +134,7 @@ class ExportInfo(Strict):
 
 class Catalogue(Strict):
     agents: list[str]
+    agent_options: dict[str, dict[str, Any]] = Field(description="Each agent's options as a JSON schema.")
     suites: list[str]
     export_kinds: list[str]
     export_formats: list[str]
@@ -421,6 +427,7 @@ def catalogue() -> Catalogue:
     """Names the create form and clients may use."""
     return Catalogue(
         agents=sorted(AGENTS),
+        agent_options=options_schemas(),
         suites=sorted(SUITES),
         export_kinds=list(EXPORT_KINDS),
         export_formats=list(EXPORT_FORMATS),

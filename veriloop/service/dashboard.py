@@ -24,6 +24,7 @@ from veriloop.agents.base import AGENTS
 from veriloop.config import Settings
 from veriloop.errors import NotFoundError
 from veriloop.records import RunStatus
+from veriloop.service.agent_options import form_fields
 from veriloop.service.auth import COOKIE
 from veriloop.service.deps import settings_of, store_of
 from veriloop.service.templating import ENV
@@ -76,6 +77,7 @@ def runs_page(
         rows=rows,
         live=live,
         agents=sorted(AGENTS),
+        option_forms={agent: form_fields(agent) for agent in sorted(AGENTS)},
         suites=sorted(SUITES),
         statuses=statuses,
         filters={"agent": agent or "", "suite": suite or "", "status": chosen or ""},
