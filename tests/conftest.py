@@ -29,10 +29,20 @@ from veriloop.testing import ModelConversion
 torch.set_num_threads(1)
 
 FIXTURE_MARKERS = {
-    "bwrap_cold": "bwrap", "bwrap_warm": "bwrap", "docker_sandbox": "docker", "dafny": "dafny", "nagini": "nagini",
-    "data_dir": "data", "postgres_base_url": "postgres", "postgres_url": "postgres", "model_conversion": "model",
-    "model_home": "model", "model_folder": "model", "model_settings": "model", "base_model": "model",
-}  # fmt: skip
+    "bwrap_cold": "bwrap",
+    "bwrap_warm": "bwrap",
+    "docker_sandbox": "docker",
+    "dafny": "dafny",
+    "nagini": "nagini",
+    "data_dir": "data",
+    "postgres_base_url": "postgres",
+    "postgres_url": "postgres",
+    "model_conversion": "model",
+    "model_home": "model",
+    "model_folder": "model",
+    "model_settings": "model",
+    "base_model": "model",
+}
 """Fixtures that need a part: a test using one carries the part's marker (so `-m` and skips see it)."""
 
 SANDBOX_PARAM_MARKERS = {"bwrap_cold": "bwrap", "bwrap_warm": "bwrap", "docker": "docker"}

@@ -45,6 +45,7 @@ def test_ast_parse_is_guarded_after_importing_veriloop() -> None:
 
 def test_threads_parsing_at_once_meet_no_recursion_depth_mismatch() -> None:
     source = veriloop.__file__.replace("__init__.py", "config.py")
-    result = subprocess.run([sys.executable, "-c", RACE, "guarded", source], capture_output=True, text=True,
-                            timeout=300, check=True)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", RACE, "guarded", source], capture_output=True, text=True, timeout=300, check=True
+    )
     assert result.stdout.startswith("0 "), result.stdout

@@ -27,8 +27,12 @@ SHARED = {
     "--seed": METHODS,
     "--concurrency": METHODS,
 }
-OLD_SPELLINGS = {"mucode": ("--n", "--select"), "f2strans": ("--from", "--to"), "revise": ("--refinements", "--full"),
-                 "alphaverus": ("--explore",)}  # fmt: skip
+OLD_SPELLINGS = {
+    "mucode": ("--n", "--select"),
+    "f2strans": ("--from", "--to"),
+    "revise": ("--refinements", "--full"),
+    "alphaverus": ("--explore",),
+}
 
 
 def _help(method: str) -> str:

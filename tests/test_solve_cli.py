@@ -112,8 +112,7 @@ def test_solve_refuses_a_proof_that_weakens_the_spec_and_a_program_that_does_not
 ) -> None:
     program = tmp_path / "count.dfy"
     program.write_text(NO_INVARIANT)
-    monkeypatch.setattr(ScriptedBackend, "from_settings",
-                        classmethod(lambda cls, s: cls([f"```dafny\n{WEAKENED}```"])))  # fmt: skip
+    monkeypatch.setattr(ScriptedBackend, "from_settings", classmethod(lambda cls, s: cls([f"```dafny\n{WEAKENED}```"])))
     home = tmp_path / "home"
     args = ["--home", str(home), "--backend", "scripted", "solve", str(program), "--width", "1", "--depth", "1"]
     assert main([*args, "--json"]) == 0
@@ -136,8 +135,19 @@ def test_solve_repairs_python_against_tests(
     tests.write_text("assert add(1, 2) == 3\nassert add(0, 0) == 0\n")
     reply = "```python\ndef add(a, b):\n    return a + b\n```"
     monkeypatch.setattr(ScriptedBackend, "from_settings", classmethod(lambda cls, s: cls([reply])))
-    code = main(["--home", str(tmp_path / "home"), "--backend", "scripted", "solve", str(program), "--tests",
-                 str(tests), "--json"])  # fmt: skip
+    code = main(
+        [
+            "--home",
+            str(tmp_path / "home"),
+            "--backend",
+            "scripted",
+            "solve",
+            str(program),
+            "--tests",
+            str(tests),
+            "--json",
+        ]
+    )
     report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["method"] == "mucode" and report["verdict"] == "passed"
     assert "-    return a - b\n+    return a + b\n" in report["diff"]
@@ -156,8 +166,21 @@ def test_solve_translates_with_f2strans(
     )
     reply = "```python\ndef twice(x):\n    return 2 * x\n```"
     monkeypatch.setattr(ScriptedBackend, "from_settings", classmethod(lambda cls, s: cls([reply])))
-    code = main(["--home", str(tmp_path / "home"), "--backend", "scripted", "solve", str(source), "--to", "python",
-                 "--tests", str(harness), "--json"])  # fmt: skip
+    code = main(
+        [
+            "--home",
+            str(tmp_path / "home"),
+            "--backend",
+            "scripted",
+            "solve",
+            str(source),
+            "--to",
+            "python",
+            "--tests",
+            str(harness),
+            "--json",
+        ]
+    )
     report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["method"] == "f2strans" and report["verdict"] == "passed", report
     assert "return 2 * x" in report["program"]
@@ -171,8 +194,23 @@ def test_solve_with_the_embedded_model_reports_what_it_gets(
 ) -> None:
     program = tmp_path / "count.dfy"
     program.write_text(NO_INVARIANT)
-    code = main(["--home", str(model_home), "--backend", "embedded", "solve", str(program), "--width", "1",
-                 "--depth", "1", "--max-tokens", "160", "--json"])  # fmt: skip
+    code = main(
+        [
+            "--home",
+            str(model_home),
+            "--backend",
+            "embedded",
+            "solve",
+            str(program),
+            "--width",
+            "1",
+            "--depth",
+            "1",
+            "--max-tokens",
+            "160",
+            "--json",
+        ]
+    )
     report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["run_id"] and report["status"] == "finished"
     assert report["verdict"] == "verified" or report["verdict"].startswith("not verified (")
@@ -244,13 +282,25 @@ def test_solve_translates_without_tests_and_says_it_only_built_and_ran(
     """No --tests: the real sandbox only runs the translation; a wrong one is not called a pass, a broken one fails."""
     source = tmp_path / "twice.cpp"
     source.write_text("int twice(int x) {\n    return 2 * x;\n}\n")
-    replies = iter([
-        "```python\ndef twice(x):\n    return 3 * x\n```",  # wrong, yet it runs: "builds and runs", no more
-        "```python\ndef twice(x)\n    return 2 * x\n```",  # a syntax error: does not run
-    ])  # fmt: skip
+    replies = iter(
+        [
+            "```python\ndef twice(x):\n    return 3 * x\n```",  # wrong, yet it runs: "builds and runs", no more
+            "```python\ndef twice(x)\n    return 2 * x\n```",  # a syntax error: does not run
+        ]
+    )
     monkeypatch.setattr(ScriptedBackend, "from_settings", classmethod(lambda cls, s: cls([next(replies)])))
-    args = ["--home", str(tmp_path / "home"), "--backend", "scripted", "solve", str(source), "--to", "python",
-            "--turns", "1"]  # fmt: skip
+    args = [
+        "--home",
+        str(tmp_path / "home"),
+        "--backend",
+        "scripted",
+        "solve",
+        str(source),
+        "--to",
+        "python",
+        "--turns",
+        "1",
+    ]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "verdict: builds and runs (not functionally checked: no --tests)" in out
@@ -277,8 +327,24 @@ def test_solve_without_tests_builds_a_cpp_translation_for_real(
     source.write_text("def twice(x):\n    return 2 * x\n")
     reply = "```cpp\nint twice(int x) {\n    return 2 * x;\n}\n```"
     monkeypatch.setattr(ScriptedBackend, "from_settings", classmethod(lambda cls, s: cls([reply])))
-    assert main(["--home", str(tmp_path / "home"), "--backend", "scripted", "solve", str(source), "--to", "cpp",
-                 "--turns", "1", "--json"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "--home",
+                str(tmp_path / "home"),
+                "--backend",
+                "scripted",
+                "solve",
+                str(source),
+                "--to",
+                "cpp",
+                "--turns",
+                "1",
+                "--json",
+            ]
+        )
+        == 0
+    )
     report = json.loads(capsys.readouterr().out)
     assert report["verdict"] == "builds and runs (not functionally checked: no --tests)", report
     assert "int twice(int x)" in report["program"]

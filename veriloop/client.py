@@ -55,8 +55,7 @@ class JudgeClient:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s,
-                                 transport=transport)  # fmt: skip
+        self.http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s, transport=transport)
         self.retries = retries
         self.backoff_s = backoff_s
         self.poll_s = poll_s
@@ -109,8 +108,12 @@ class JudgeClient:
         """One verdict per candidate, in order (a job is followed until it ends)."""
         if not candidates:
             return []
-        body: dict[str, Any] = {"candidates": [_plain(c) for c in candidates], "mode": mode, "store": store,
-                                "security": security}  # fmt: skip
+        body: dict[str, Any] = {
+            "candidates": [_plain(c) for c in candidates],
+            "mode": mode,
+            "store": store,
+            "security": security,
+        }
         if reward:
             body["reward"] = dict(reward)
         if model:

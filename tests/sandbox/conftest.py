@@ -55,6 +55,10 @@ def docker_sandbox() -> Iterator[object]:
 def sandbox(request: pytest.FixtureRequest) -> object:
     """The backend named by the test's `backend` parameter."""
     name = request.param
-    fixture = {"bwrap_cold": "bwrap_cold", "bwrap_warm": "bwrap_warm", "process": "process_sandbox",
-               "docker": "docker_sandbox"}[name]  # fmt: skip
+    fixture = {
+        "bwrap_cold": "bwrap_cold",
+        "bwrap_warm": "bwrap_warm",
+        "process": "process_sandbox",
+        "docker": "docker_sandbox",
+    }[name]
     return request.getfixturevalue(fixture)

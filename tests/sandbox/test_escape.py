@@ -161,8 +161,16 @@ async def test_file_size_limit(sandbox: object) -> None:
 @pytest.mark.parametrize("sandbox", ISOLATED, indirect=True)
 async def test_writes_outside_the_work_dir_fail(sandbox: object, tmp_path: Path) -> None:
     token = f"veriloop-escape-{random.getrandbits(48):x}"
-    targets = ["/usr/" + token, "/etc/" + token, "/" + token, "/in/" + token, "/opt/veriloop/" + token,
-               f"{tmp_path}/{token}", f"/root/{token}", f"/proc/1/{token}"]  # fmt: skip
+    targets = [
+        "/usr/" + token,
+        "/etc/" + token,
+        "/" + token,
+        "/in/" + token,
+        "/opt/veriloop/" + token,
+        f"{tmp_path}/{token}",
+        f"/root/{token}",
+        f"/proc/1/{token}",
+    ]
     code = (
         f"import sys\nwritten = []\nfor path in {targets!r}:\n    try:\n        open(path, 'w').write('x')\n"
         "        written.append(path)\n    except OSError:\n        pass\n"

@@ -21,9 +21,21 @@ from veriloop.sandbox.process import ProcessSandbox
 
 
 def step(**overrides: Any) -> dict[str, Any]:
-    base = {"name": "run", "kind": "run", "exit_code": 0, "signal": None, "stdout": "", "stderr": "",
-            "truncated": False, "timed_out": False, "output_limit": False, "wall_s": 0.1, "cpu_s": 0.05,
-            "max_rss_kb": 2048, "flags": []}  # fmt: skip
+    base = {
+        "name": "run",
+        "kind": "run",
+        "exit_code": 0,
+        "signal": None,
+        "stdout": "",
+        "stderr": "",
+        "truncated": False,
+        "timed_out": False,
+        "output_limit": False,
+        "wall_s": 0.1,
+        "cpu_s": 0.05,
+        "max_rss_kb": 2048,
+        "flags": [],
+    }
     return {**base, **overrides}
 
 

@@ -138,16 +138,31 @@ async def test_resume_rebuilds_the_frontier_and_skips_stored_nodes(store: Trajec
     replies = {0: "0.3", 1: "0.5", 2: "0.7", 3: "0.8"}
     config = SearchConfig(width=3, depth=4, seed=3)
     reference_run = new_run(store)
-    reference = await run_search(NumberProblem(), by_depth(replies), store, run_id=reference_run.id, task_id="t",
-                                 config=config, search_id="fixed")  # fmt: skip
+    reference = await run_search(
+        NumberProblem(),
+        by_depth(replies),
+        store,
+        run_id=reference_run.id,
+        task_id="t",
+        config=config,
+        search_id="fixed",
+    )
     run = new_run(store)
     with pytest.raises(BackendError):
-        await run_search(NumberProblem(), Crash(by_depth(replies), after=7), store, run_id=run.id, task_id="t",
-                         config=config, search_id="fixed")  # fmt: skip
+        await run_search(
+            NumberProblem(),
+            Crash(by_depth(replies), after=7),
+            store,
+            run_id=run.id,
+            task_id="t",
+            config=config,
+            search_id="fixed",
+        )
     assert len(store.get_tree(run.id, "t")) == 6  # two whole levels were stored before the crash
     second = by_depth(replies)
-    resumed = await run_search(NumberProblem(), second, store, run_id=run.id, task_id="t", config=config,
-                               search_id="fixed")  # fmt: skip
+    resumed = await run_search(
+        NumberProblem(), second, store, run_id=run.id, task_id="t", config=config, search_id="fixed"
+    )
     assert sum(params.n for _, params in second.requests) == 6  # only the missing levels
     assert resumed.spend.llm_calls == reference.spend.llm_calls == 12
     shape = [(n.metadata["level"], n.metadata["slot"], n.code, n.depth) for n in store.get_tree(run.id, "t")]
@@ -168,8 +183,9 @@ class SyntaxProblem(NumberProblem):
             return await super().evaluate(code)
         except ValueError:
             result = VerifyResult(status=VerifyStatus.SYNTAX_ERROR, score=-1.0, reason=f"cannot parse {code!r}")
-            return Evaluation(result=result, score=-1.0, feedback=f"parse error: {code!r} is not a number",
-                              verifier_calls=0)  # fmt: skip
+            return Evaluation(
+                result=result, score=-1.0, feedback=f"parse error: {code!r} is not a number", verifier_calls=0
+            )
 
 
 @pytest.mark.parametrize("kind", ["treefinement", "breadth", "beam", "linear"])
@@ -185,8 +201,9 @@ async def test_rejected_nodes_are_refined_with_their_message(store: TrajectorySt
 
     run = new_run(store)
     config = SearchConfig(kind=kind, width=2, depth=4)  # type: ignore[arg-type]
-    outcome = await run_search(SyntaxProblem(), ScriptedBackend([reply]), store, run_id=run.id, task_id="t",
-                               config=config)  # fmt: skip
+    outcome = await run_search(
+        SyntaxProblem(), ScriptedBackend([reply]), store, run_id=run.id, task_id="t", config=config
+    )
     assert outcome.solved, [node.code for node in outcome.nodes]
     assert outcome.best is not None and outcome.best.depth == 2 and outcome.best.role == "refine"
     assert outcome.summary()["max_depth"] == 2
@@ -197,6 +214,12 @@ async def test_rejected_nodes_are_refined_with_their_message(store: TrajectorySt
 async def test_best_of_n_never_refines_rejected_nodes(store: TrajectoryStore) -> None:
     run = new_run(store)
     backend = ScriptedBackend([lambda prompt: "prose"])
-    outcome = await run_search(SyntaxProblem(), backend, store, run_id=run.id, task_id="t",
-                               config=SearchConfig(kind="best_of_n", width=2, depth=3))  # fmt: skip
+    outcome = await run_search(
+        SyntaxProblem(),
+        backend,
+        store,
+        run_id=run.id,
+        task_id="t",
+        config=SearchConfig(kind="best_of_n", width=2, depth=3),
+    )
     assert not outcome.solved and {node.depth for node in outcome.nodes} == {0}

@@ -77,9 +77,12 @@ def test_every_operation_declares_its_errors_and_content_types(tmp_path: Path) -
 PARTS = {
     "api": ["--include-path-regex", "^/(api/|health)"],
     "openai": [
-        "--include-path-regex", "^/v1/", "--exclude-checks", "positive_data_acceptance,negative_data_rejection",
+        "--include-path-regex",
+        "^/v1/",
+        "--exclude-checks",
+        "positive_data_acceptance,negative_data_rejection",
     ],
-}  # fmt: skip
+}
 
 
 @pytest.mark.slow
@@ -91,13 +94,32 @@ def test_the_live_api_keeps_its_openapi_contract(tmp_path: Path, part: str) -> N
     with served("--backend", "scripted", home=tmp_path / "home", env=env, serve_args=["--workers", "0"]) as server:
         result = subprocess.run(
             [
-                SCHEMATHESIS, "--config-file", str(CONFIG), "run", f"{server.url}/openapi.json", "--checks", "all",
-                *PARTS[part], "--max-examples", "5", "--seed", "20261201", "--header", f"Authorization: Bearer {TOKEN}",
-                "--workers", "1", "--request-timeout", "30",
+                SCHEMATHESIS,
+                "--config-file",
+                str(CONFIG),
+                "run",
+                f"{server.url}/openapi.json",
+                "--checks",
+                "all",
+                *PARTS[part],
+                "--max-examples",
+                "5",
+                "--seed",
+                "20261201",
+                "--header",
+                f"Authorization: Bearer {TOKEN}",
+                "--workers",
+                "1",
+                "--request-timeout",
+                "30",
             ],
-            capture_output=True, text=True, timeout=900, cwd=tmp_path, check=False,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            cwd=tmp_path,
+            check=False,
             env={**os.environ, "SCHEMATHESIS_HOOKS": "", "NO_COLOR": "1"},
-        )  # fmt: skip
+        )
     report = result.stdout + result.stderr
     (tmp_path / "schemathesis.txt").write_text(report)
     assert result.returncode == 0, report[-6000:]

@@ -57,8 +57,12 @@ def test_post_api_runs_trains_f2strans_in_the_worker(tmp_path: Path, monkeypatch
     )
     app = create_app(settings, backend=ScriptedBackend([RIGHT]), workers=1)
     with TestClient(app) as client:
-        body = {"agent": "f2strans", "suite": "transcoder", "task_ids": [ADD_ONE],
-                "options": {"train": True, "turns": 1, "sft_steps": 3, "checkpoint": False}}  # fmt: skip
+        body = {
+            "agent": "f2strans",
+            "suite": "transcoder",
+            "task_ids": [ADD_ONE],
+            "options": {"train": True, "turns": 1, "sft_steps": 3, "checkpoint": False},
+        }
         response = client.post("/api/runs", json=body)
         assert response.status_code == 201, response.text
         run_id = response.json()["run"]["id"]

@@ -49,9 +49,14 @@ CHROMIUM = shutil.which("chromium")
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("VERILOOP_ARTIFACTS_DIR", REPO / "artifacts")) / "browser"
 CHROMIUM_ARGS = [
-    "--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-    "--disable-sync", "--no-first-run",
-]  # fmt: skip
+    "--no-sandbox",
+    "--headless",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 pytestmark = pytest.mark.browser
 
@@ -67,10 +72,15 @@ class Dashboard:
 def refinement_tree(store: TrajectoryStore) -> tuple[str, dict[str, str]]:
     """A stored three-turn refinement of HumanEval/0 (as a refining agent stores it) plus HumanEval/1 solved."""
     run = store.create_run(
-        Run(agent="refine-fixture", suite="humaneval", model="scripted", status=RunStatus.FINISHED,
+        Run(
+            agent="refine-fixture",
+            suite="humaneval",
+            model="scripted",
+            status=RunStatus.FINISHED,
             settings={"limit": 2, "task_ids": ["HumanEval/0", "HumanEval/1"]},
-            finished_at=datetime.now(UTC) + timedelta(seconds=5.2))
-    )  # fmt: skip
+            finished_at=datetime.now(UTC) + timedelta(seconds=5.2),
+        )
+    )
     buggy = "def has_close_elements(numbers, threshold):\n    return False\n"
     closer = "def has_close_elements(numbers, threshold):\n    for a in numbers:\n        return a < threshold\n"
     fixed = (
@@ -81,40 +91,80 @@ def refinement_tree(store: TrajectoryStore) -> tuple[str, dict[str, str]]:
     def node(code: str, score: float, parent: Node | None, turn: int, **extra: Any) -> Node:
         passed = score == 1.0
         return Node(
-            run_id=run.id, task_id="HumanEval/0", parent_id=parent.id if parent else None,
-            depth=parent.depth + 1 if parent else 0, role="refine" if parent else "generate",
+            run_id=run.id,
+            task_id="HumanEval/0",
+            parent_id=parent.id if parent else None,
+            depth=parent.depth + 1 if parent else 0,
+            role="refine" if parent else "generate",
             messages=[Message(role="user", content=f"Turn {turn}: fix has_close_elements.")],
-            completion=Completion(text=f"```python\n{code}```", usage=Usage(prompt_tokens=40, completion_tokens=30),
-                                  model="scripted", latency_s=0.4),
-            code=code, score=score, metadata={"turn": turn},
+            completion=Completion(
+                text=f"```python\n{code}```",
+                usage=Usage(prompt_tokens=40, completion_tokens=30),
+                model="scripted",
+                latency_s=0.4,
+            ),
+            code=code,
+            score=score,
+            metadata={"turn": turn},
             exec_result=ExecResult(
-                status=ExecStatus.PASSED if passed else ExecStatus.FAILED, exit_code=0 if passed else 1,
-                stdout="ran 7 checks\n", stderr="" if passed else "AssertionError: candidate([1.0, 2.8], 0.3)\n",
-                wall_s=0.05, sandbox="bwrap",
+                status=ExecStatus.PASSED if passed else ExecStatus.FAILED,
+                exit_code=0 if passed else 1,
+                stdout="ran 7 checks\n",
+                stderr="" if passed else "AssertionError: candidate([1.0, 2.8], 0.3)\n",
+                wall_s=0.05,
+                sandbox="bwrap",
                 tests=[TestOutcome(name="check", passed=passed, message="" if passed else "assert failed")],
             ),
             **extra,
-        )  # fmt: skip
+        )
 
     root = node(buggy, 0.0, None, 0)
     middle = node(
-        closer, 0.5, root, 1,
+        closer,
+        0.5,
+        root,
+        1,
         verify_result=VerifyResult(
-            status=VerifyStatus.FAILED, errors=1, tool="nagini", version="1.2", duration_s=1.1,
+            status=VerifyStatus.FAILED,
+            errors=1,
+            tool="nagini",
+            version="1.2",
+            duration_s=1.1,
             diagnostics=[Diagnostic(kind="postcondition", message="Postcondition might not hold.", line=3)],
         ),
-    )  # fmt: skip
+    )
     rejected = node(
-        closer.replace("threshold", "threshold * 0"), 0.0, root, 1,
+        closer.replace("threshold", "threshold * 0"),
+        0.0,
+        root,
+        1,
         verify_result=VerifyResult(status=VerifyStatus.REJECTED, tool="nagini", reason="the spec was weakened"),
-    )  # fmt: skip
+    )
     best = node(fixed, 1.0, middle, 2)
     other = node(fixed, 1.0, None, 0).model_copy(update={"task_id": "HumanEval/1"})
     store.add_nodes([root, middle, rejected, best, other])
-    store.add_attempt(Attempt(run_id=run.id, task_id="HumanEval/0", status="passed", best_node_id=best.id,
-                              score=1.0, tokens=280, seconds=4.2))  # fmt: skip
-    store.add_attempt(Attempt(run_id=run.id, task_id="HumanEval/1", status="passed", best_node_id=other.id,
-                              score=1.0, tokens=70, seconds=1.0))  # fmt: skip
+    store.add_attempt(
+        Attempt(
+            run_id=run.id,
+            task_id="HumanEval/0",
+            status="passed",
+            best_node_id=best.id,
+            score=1.0,
+            tokens=280,
+            seconds=4.2,
+        )
+    )
+    store.add_attempt(
+        Attempt(
+            run_id=run.id,
+            task_id="HumanEval/1",
+            status="passed",
+            best_node_id=other.id,
+            score=1.0,
+            tokens=70,
+            seconds=1.0,
+        )
+    )
     return run.id, {"root": root.id, "middle": middle.id, "rejected": rejected.id, "best": best.id}
 
 
@@ -258,10 +308,22 @@ def test_serve_then_demo_shows_the_demo_run_live(tmp_path: Path, page: Any) -> N
         page.goto(server.url + "/")
         assert page.locator("#runs tbody").inner_text().startswith("No runs yet")
         demo = subprocess.Popen(
-            [*CLI, "--home", str(tmp_path), "--backend", "scripted", "demo", "--limit", "3", "--no-treefinement",
-             "--json"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
-        )  # fmt: skip
+            [
+                *CLI,
+                "--home",
+                str(tmp_path),
+                "--backend",
+                "scripted",
+                "demo",
+                "--limit",
+                "3",
+                "--no-treefinement",
+                "--json",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=tmp_path,
+        )
         try:
             page.wait_for_selector("#runs tbody tr td a", timeout=60_000)  # the page reloads when the run appears
             page.locator("#runs tbody tr td a").first.click()

@@ -27,9 +27,14 @@ def config(*args: str, env: dict[str, str] | None = None) -> str:
         files += ["-f", str(REPO / args[1])]
         args = args[2:]
     result = subprocess.run(
-        [COMPOSE, *files, *args], capture_output=True, text=True, timeout=60, cwd=REPO,
-        env={"PATH": "/usr/bin:/bin", **(env or {})}, check=False,
-    )  # fmt: skip
+        [COMPOSE, *files, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env={"PATH": "/usr/bin:/bin", **(env or {})},
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout
 

@@ -56,9 +56,14 @@ class Stack:
     def compose(self, *args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]:
         assert COMPOSE is not None
         result = subprocess.run(
-            [COMPOSE, "-p", PROJECT, *FILES, *args], cwd=REPO, env=self.env, capture_output=True, text=True,
-            timeout=timeout, check=False,
-        )  # fmt: skip
+            [COMPOSE, "-p", PROJECT, *FILES, *args],
+            cwd=REPO,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
         if check:
             assert result.returncode == 0, f"docker-compose {' '.join(args)}:\n{result.stdout}\n{result.stderr}"
         return result
@@ -74,8 +79,9 @@ class Stack:
         if service:
             filters += ["--filter", f"label=com.docker.compose.service={service}"]
         flags = ["-a"] if all_states else []
-        out = subprocess.run([DOCKER, "ps", "-q", "--no-trunc", *flags, *filters], capture_output=True, text=True,
-                             check=True).stdout  # fmt: skip
+        out = subprocess.run(
+            [DOCKER, "ps", "-q", "--no-trunc", *flags, *filters], capture_output=True, text=True, check=True
+        ).stdout
         return out.split()
 
     def logs(self) -> str:
@@ -85,8 +91,15 @@ class Stack:
 def _prepare_offline(env: dict[str, str]) -> None:
     """The local base images and the wheelhouse (both scripts do nothing when their result is already there)."""
     for script in ("build-base-images.sh", "build-wheelhouse.sh"):
-        result = subprocess.run(["bash", str(REPO / "scripts" / script)], cwd=REPO, env=env, capture_output=True,
-                                text=True, timeout=3600, check=False)  # fmt: skip
+        result = subprocess.run(
+            ["bash", str(REPO / "scripts" / script)],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=3600,
+            check=False,
+        )
         assert result.returncode == 0, f"{script}:\n{result.stderr[-4000:]}"
 
 
@@ -126,8 +139,9 @@ def stack() -> Iterator[tuple[Stack, httpx.Client]]:
         assert down.returncode == 0, down.stderr
         assert stack.containers(all_states=True) == [], "containers left after docker-compose down -v"
         label = f"label=com.docker.compose.project={PROJECT}"
-        volumes = subprocess.run(["docker", "volume", "ls", "-q", "--filter", label], capture_output=True, text=True,
-                                 check=True).stdout.split()  # fmt: skip
+        volumes = subprocess.run(
+            ["docker", "volume", "ls", "-q", "--filter", label], capture_output=True, text=True, check=True
+        ).stdout.split()
         assert volumes == [], f"volumes left after docker-compose down -v: {volumes}"
 
 

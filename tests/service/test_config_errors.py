@@ -27,9 +27,14 @@ def run_cli(home: Path, *args: str, env: dict[str, str] | None = None, timeout: 
     child_env = {k: v for k, v in os.environ.items() if not k.startswith("VERILOOP_") or k in keep}
     child_env.update(env or {})
     result = subprocess.run(
-        [*CLI, "--home", str(home), *args], capture_output=True, text=True, env=child_env, timeout=timeout,
-        check=False, cwd=home,
-    )  # fmt: skip
+        [*CLI, "--home", str(home), *args],
+        capture_output=True,
+        text=True,
+        env=child_env,
+        timeout=timeout,
+        check=False,
+        cwd=home,
+    )
     return result.returncode, result.stderr.strip()
 
 
@@ -96,8 +101,9 @@ def test_a_missing_sandbox_image_is_one_line(tmp_path: Path) -> None:
     env = {"VERILOOP_SANDBOX__BACKEND": "docker", "VERILOOP_SANDBOX__DOCKER_IMAGE": "veriloop-no-such-image:none"}
     line = one_line_error(*run_cli(tmp_path, "worker", "--once", env=env))
     assert line.startswith("error: sandbox image veriloop-no-such-image:none (sandbox.docker_image) is missing")
-    present = subprocess.run(["docker", "images", "-q", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True,
-                             text=True, check=True).stdout.split()  # fmt: skip
+    present = subprocess.run(
+        ["docker", "images", "-q", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True, check=True
+    ).stdout.split()
     present = [name for name in present if "<none>" not in name]  # dangling build layers have no name to check
     if present:  # an image the engine has passes the same check
         check_sandbox_image(load_settings(sandbox={"backend": "docker", "docker_image": present[0]}))

@@ -25,25 +25,39 @@ def stored_runs(store: TrajectoryStore) -> tuple[Run, Run]:
     """A: μCode-like, 3 public candidates a task, held-out verdicts t0 passed, t1 failed, t2 passed.
     B: direct-like, one held-out sample a task, t0 failed, t1 passed, t2 passed."""
     recorded = Provenance(
-        veriloop_version="0.1.0", git_commit="0123456789abcdef", model="m", backend="embedded",
-        checkpoint_hash="sha256:feedface", seeds={"seed": 5},
+        veriloop_version="0.1.0",
+        git_commit="0123456789abcdef",
+        model="m",
+        backend="embedded",
+        checkpoint_hash="sha256:feedface",
+        seeds={"seed": 5},
         prompt_hashes={"veriloop.agents.mucode.prompts": "ab" * 32},
         suite=SuiteProvenance(name="humaneval", version="v1", content_hash="sha256:c0ffee", tasks=3),
         sandbox={"backend": "bwrap", "version": "0.8.0"},
-    )  # fmt: skip
-    a = store.create_run(Run(agent="mucode", suite="humaneval", model="m",
-                             settings={"provenance": recorded.model_dump(mode="json")}))  # fmt: skip
+    )
+    a = store.create_run(
+        Run(agent="mucode", suite="humaneval", model="m", settings={"provenance": recorded.model_dump(mode="json")})
+    )
     b = store.create_run(Run(agent="direct", suite="humaneval", model="m"))
     for index, (task, verdict) in enumerate((("t0", True), ("t1", False), ("t2", True))):
         samples = [
-            Node(run_id=a.id, task_id=task, exec_result=PASSED if i < index else FAILED,
-                 metadata={"turn": 1, "tests": "public"})
+            Node(
+                run_id=a.id,
+                task_id=task,
+                exec_result=PASSED if i < index else FAILED,
+                metadata={"turn": 1, "tests": "public"},
+            )
             for i in range(3)
-        ]  # fmt: skip
+        ]
         final = Node(
-            run_id=a.id, task_id=task, parent_id=samples[0].id, depth=1, role="final",
-            exec_result=PASSED if verdict else FAILED, metadata={"turn": 1, "tests": "public+private"},
-        )  # fmt: skip
+            run_id=a.id,
+            task_id=task,
+            parent_id=samples[0].id,
+            depth=1,
+            role="final",
+            exec_result=PASSED if verdict else FAILED,
+            metadata={"turn": 1, "tests": "public+private"},
+        )
         store.add_nodes([*samples, final])
         store.add_attempt(Attempt(run_id=a.id, task_id=task, status="passed" if verdict else "failed"))
         other = Node(run_id=b.id, task_id=task, exec_result=FAILED if task == "t0" else PASSED)

@@ -45,9 +45,11 @@ def judge_settings(home: Path, **judge: Any) -> Settings:
     url = f"sqlite:///{home / 'judge.db'}"
     upgrade_database(url)
     return load_settings(
-        paths={"home": home, "data_dir": "/work/shared/data"}, store={"url": url},
-        llm={"backend": "scripted", "model": "scripted"}, judge=judge,
-    )  # fmt: skip
+        paths={"home": home, "data_dir": "/work/shared/data"},
+        store={"url": url},
+        llm={"backend": "scripted", "model": "scripted"},
+        judge=judge,
+    )
 
 
 @pytest.fixture
@@ -90,8 +92,10 @@ def test_hostile_programs_fail_and_never_take_the_judge_down(client: TestClient)
 
 
 def test_security_findings_are_reported_and_penalised(client: TestClient) -> None:
-    shell = {"code": "import subprocess\ndef add(a, b):\n    subprocess.run(f'echo {a}', shell=True)\n"
-             "    return a + b\n", "tests": TESTS}  # fmt: skip
+    shell = {
+        "code": "import subprocess\ndef add(a, b):\n    subprocess.run(f'echo {a}', shell=True)\n    return a + b\n",
+        "tests": TESTS,
+    }
     results = post(client, [shell, GOOD], reward={"security_weight": 0.3})["results"]
     assert results[0]["status"] == "passed" and {f["test_id"] for f in results[0]["security"]} >= {"B602"}
     assert results[0]["reward"] == pytest.approx(0.7) and results[1]["reward"] == 1.0 and not results[1]["security"]
@@ -169,8 +173,10 @@ def test_overload_and_a_broken_sandbox_give_infra_error_never_failed(tmp_path: P
 
 
 def test_store_true_records_a_run_that_exports_can_filter_by_security(client: TestClient, tmp_path: Path) -> None:
-    shell = {"code": "import subprocess\ndef add(a, b):\n    subprocess.run(f'echo {a}', shell=True)\n"
-             "    return a + b\n", "tests": TESTS}  # fmt: skip
+    shell = {
+        "code": "import subprocess\ndef add(a, b):\n    subprocess.run(f'echo {a}', shell=True)\n    return a + b\n",
+        "tests": TESTS,
+    }
     prompt = "Write add(a, b)."
     candidates = [{**c, "prompt": prompt} for c in (GOOD, WRONG, shell)]
     body = post(client, candidates, store=True, model="policy-7")
@@ -247,8 +253,12 @@ def test_the_client_retries_429_then_gives_up_and_raises_4xx_at_once() -> None:
     with pytest.raises(JudgeError, match="400: nope"):
         client.judge([{"code": "bad", "tests": TESTS}])
     calls.clear()
-    stubborn = JudgeClient("http://judge", retries=1, backoff_s=0.01,
-                           transport=httpx.MockTransport(lambda r: httpx.Response(503, text="down")))  # fmt: skip
+    stubborn = JudgeClient(
+        "http://judge",
+        retries=1,
+        backoff_s=0.01,
+        transport=httpx.MockTransport(lambda r: httpx.Response(503, text="down")),
+    )
     with pytest.raises(JudgeError, match="gave up after 2 attempts"):
         stubborn.judge([GOOD])
 

@@ -61,8 +61,22 @@ async def test_ray_executor_runs_a_small_suite_and_stops_only_what_it_started(
 def test_cli_run_with_the_ray_executor(tmp_path: Path) -> None:
     """In its own process, as a user runs it (one process starting Ray twice trips over the first session)."""
     pytest.importorskip("ray", reason="the ray executor needs Ray (the dev and ray extras install it)")
-    argv = [sys.executable, "-m", "veriloop.cli", "--home", str(tmp_path), "--backend", "scripted", "run", "direct",
-            "--limit", "3", "--executor", "ray", "--json"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "veriloop.cli",
+        "--home",
+        str(tmp_path),
+        "--backend",
+        "scripted",
+        "run",
+        "direct",
+        "--limit",
+        "3",
+        "--executor",
+        "ray",
+        "--json",
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env={**os.environ, "HOME": str(tmp_path)})
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
@@ -71,8 +85,9 @@ def test_cli_run_with_the_ray_executor(tmp_path: Path) -> None:
 
 
 def test_cli_refuses_an_unknown_executor(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["--home", str(tmp_path), "--backend", "scripted", "run", "direct", "--limit", "1",
-                 "--executor", "dask"])  # fmt: skip
+    code = main(
+        ["--home", str(tmp_path), "--backend", "scripted", "run", "direct", "--limit", "1", "--executor", "dask"]
+    )
     assert code != 0 and "unknown executor 'dask'" in capsys.readouterr().err
     with TrajectoryStore.from_settings(load_settings(paths={"home": tmp_path})) as store:
         assert store.list_runs() == []  # bad input stores nothing

@@ -16,10 +16,17 @@ from veriloop.store.stats import pass_at_k
 
 def fact(task: str, depth: int, passed: bool, score: float | None = None, **extra: Any) -> NodeFact:
     return NodeFact(
-        id=f"{task}-{depth}-{passed}", task_id=task, parent_id=None, depth=depth, role="generate",
-        score=score if score is not None else float(passed), created_at=datetime.now(UTC), metadata={},
-        exec_status="passed" if passed else "failed", **extra,
-    )  # fmt: skip
+        id=f"{task}-{depth}-{passed}",
+        task_id=task,
+        parent_id=None,
+        depth=depth,
+        role="generate",
+        score=score if score is not None else float(passed),
+        created_at=datetime.now(UTC),
+        metadata={},
+        exec_status="passed" if passed else "failed",
+        **extra,
+    )
 
 
 def test_pass_at_k_is_the_unbiased_estimator() -> None:
@@ -31,10 +38,11 @@ def test_pass_at_k_is_the_unbiased_estimator() -> None:
 
 def test_charts_per_turn_pass_at_k_bins_and_error_classes() -> None:
     facts = [
-        fact("a", 0, False), fact("a", 1, True),
+        fact("a", 0, False),
+        fact("a", 1, True),
         fact("b", 0, False, 0.3, verify_status="failed", diagnostic_classes=["invariant", "invariant"]),
         fact("b", 1, False, 0.45),
-    ]  # fmt: skip
+    ]
     result = charts(facts)
     attempts = [Attempt(run_id="r", task_id="a", status="passed"), Attempt(run_id="r", task_id="b", status="failed")]
     held = run_figures(facts, attempts).held_out

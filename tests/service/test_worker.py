@@ -82,8 +82,11 @@ def test_a_sigkilled_worker_loses_no_nodes_and_its_run_finishes(tmp_path: Path, 
 
     second = subprocess.run(
         worker_command(tmp_path, postgres_url, "--once", "--json", *lease),
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert second.returncode == 0, second.stderr
     assert json.loads(second.stdout)["done"] == 1
     with TrajectoryStore(postgres_url) as store:

@@ -13,17 +13,27 @@ PASSED, FAILED = ExecResult(status=ExecStatus.PASSED), ExecResult(status=ExecSta
 
 def candidate(run: Run, task: str, turn: int, passed: bool, parent: str | None = None) -> Node:
     return Node(
-        run_id=run.id, task_id=task, parent_id=parent, depth=turn - 1, exec_result=PASSED if passed else FAILED,
-        score=float(passed), metadata={"turn": turn, "tests": "public"},
-    )  # fmt: skip
+        run_id=run.id,
+        task_id=task,
+        parent_id=parent,
+        depth=turn - 1,
+        exec_result=PASSED if passed else FAILED,
+        score=float(passed),
+        metadata={"turn": turn, "tests": "public"},
+    )
 
 
 def final(run: Run, task: str, turn: int, passed: bool, parent: str) -> Node:
     return Node(
-        run_id=run.id, task_id=task, parent_id=parent, depth=turn, role="final",
-        exec_result=PASSED if passed else FAILED, score=float(passed),
+        run_id=run.id,
+        task_id=task,
+        parent_id=parent,
+        depth=turn,
+        role="final",
+        exec_result=PASSED if passed else FAILED,
+        score=float(passed),
         metadata={"turn": turn, "tests": "public+private"},
-    )  # fmt: skip
+    )
 
 
 def mucode_like(store: TrajectoryStore) -> Run:
@@ -117,8 +127,16 @@ def test_the_step_counter_has_one_name_and_stored_runs_keep_their_old_ones() -> 
     from veriloop.store.figures import turn_of
 
     def fact(**metadata: object) -> NodeFact:
-        return NodeFact(id="n", task_id="t", parent_id=None, depth=7, role="generate", score=None,
-                        created_at=datetime.now(UTC), metadata=dict(metadata))  # fmt: skip
+        return NodeFact(
+            id="n",
+            task_id="t",
+            parent_id=None,
+            depth=7,
+            role="generate",
+            score=None,
+            created_at=datetime.now(UTC),
+            metadata=dict(metadata),
+        )
 
     assert STEP_KEY == "turn" and turn_of(fact(turn=2)) == 2
     assert turn_of(fact(iteration=1)) == 1 and turn_of(fact(round=3)) == 3  # AlphaVerus / ReVISE nodes stored before

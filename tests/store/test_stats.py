@@ -16,15 +16,18 @@ def chen_reference(n: int, c: int, k: int) -> float:
     return 1.0 - prod(1.0 - k / i for i in range(n - c + 1, n + 1))
 
 
-@pytest.mark.parametrize(("n", "c", "k", "expected"), [
-    (10, 3, 1, 0.3),
-    (10, 3, 2, 1 - 21 / 45),  # 1 - C(7,2)/C(10,2)
-    (10, 0, 5, 0.0),
-    (5, 5, 3, 1.0),
-    (5, 4, 2, 1.0),  # only one failure: any two samples include a pass
-    (4, 1, 2, 0.5),
-    (200, 13, 10, 1 - comb(187, 10) / comb(200, 10)),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("n", "c", "k", "expected"),
+    [
+        (10, 3, 1, 0.3),
+        (10, 3, 2, 1 - 21 / 45),  # 1 - C(7,2)/C(10,2)
+        (10, 0, 5, 0.0),
+        (5, 5, 3, 1.0),
+        (5, 4, 2, 1.0),  # only one failure: any two samples include a pass
+        (4, 1, 2, 0.5),
+        (200, 13, 10, 1 - comb(187, 10) / comb(200, 10)),
+    ],
+)
 def test_pass_at_k_known_values(n: int, c: int, k: int, expected: float) -> None:
     assert stats.pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
     assert stats.pass_at_k(n, c, k) == pytest.approx(chen_reference(n, c, k), abs=1e-12)

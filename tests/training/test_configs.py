@@ -23,8 +23,9 @@ def test_every_method_has_a_documented_config() -> None:
 
 
 def test_text_options_become_typed_values(tmp_path: Path) -> None:
-    spec = TrainSpec(method="dpo", data=tmp_path, out=tmp_path, options={"loss": "ns_dpo", "gamma": "0.9",
-                                                                          "precompute_ref": "off"})  # fmt: skip
+    spec = TrainSpec(
+        method="dpo", data=tmp_path, out=tmp_path, options={"loss": "ns_dpo", "gamma": "0.9", "precompute_ref": "off"}
+    )
     config = config_for(spec)
     assert isinstance(config, DPOConfig) and (config.gamma, config.precompute_ref) == (0.9, False)
     grpo = GRPOConfig.of(TrainSpec(method="grpo", data=tmp_path, out=tmp_path, options={"num_generations": "3"}))

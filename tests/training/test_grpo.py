@@ -41,9 +41,13 @@ def test_rewards_follow_the_verdicts_and_infra_errors_give_no_signal(judge: Loca
     tests = "assert add(1, 2) == 3\nassert add(0, 0) == 0\n"
     completions = ["    return a + b\n", "    return a * b\n", "    return (\n", "    return a + b\n"]
     values = reward(
-        [prompt] * 4, completions, tests=[tests, tests, tests, ""], entry_point=["add"] * 4,
-        task_id=[None, None, None, "no-such-suite-task"], suite=[None, None, None, "humaneval"],
-    )  # fmt: skip
+        [prompt] * 4,
+        completions,
+        tests=[tests, tests, tests, ""],
+        entry_point=["add"] * 4,
+        task_id=[None, None, None, "no-such-suite-task"],
+        suite=[None, None, None, "humaneval"],
+    )
     assert values[:3] == [1.0, 0.5, 0.0]  # add(0, 0) == 0 holds for a * b too; a syntax error scores 0
     assert values[3] is None, reward.last[3]  # the judge could not judge (an unknown task): no signal, not 0
     assert reward.last[3]["status"] == "infra_error"
@@ -71,9 +75,14 @@ def test_grpo_trains_the_embedded_model_with_judge_rewards(model_home: Path, tmp
     rows = [{**row, "prompt": row["prompt"] + "    return "} for row in task_rows(tasks)]
     data.write_text("".join(json.dumps(row) + "\n" for row in rows))
     spec = TrainSpec(
-        method="grpo", data=data, out=tmp_path / "out", steps=2, batch_size=1, seed=3,
+        method="grpo",
+        data=data,
+        out=tmp_path / "out",
+        steps=2,
+        batch_size=1,
+        seed=3,
         options={"num_generations": 4, "max_completion_length": 16, "reward": "pass_rate", "temperature": 1.2},
-    )  # fmt: skip
+    )
     local = LocalJudge(settings)
     try:
         result = train_grpo(spec, settings, judge=local)

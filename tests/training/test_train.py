@@ -162,8 +162,23 @@ def test_rm_chain_reports_heldout_ranking(
     assert metrics["heldout_accuracy"] in (0.0, 1.0)  # measured and reported, whatever it came out as
     assert 0.0 <= metrics["train_accuracy"] <= 1.0
     assert json.loads((Path(result["path"]) / "veriloop-head.json").read_text())["kind"] == "reward"
-    bce = _cli(_train_argv(demo_home, "rm", exports["verifier"], base_model, tmp_path / "bce", "--loss", "bce",
-                           "--steps", "1", "--max-length", "128", "--json"), capsys)  # fmt: skip
+    bce = _cli(
+        _train_argv(
+            demo_home,
+            "rm",
+            exports["verifier"],
+            base_model,
+            tmp_path / "bce",
+            "--loss",
+            "bce",
+            "--steps",
+            "1",
+            "--max-length",
+            "128",
+            "--json",
+        ),
+        capsys,
+    )
     assert bce["metrics"]["loss_type"] == "bce" and bce["model_id"]
 
 
@@ -186,16 +201,36 @@ def test_prm_chain(
 def test_ns_dpo_and_epa_on_the_loop_resume_from_the_last_save(
     demo_settings: Settings, base_model: Path, exports: dict[str, Path], tmp_path: Path
 ) -> None:
-    spec = TrainSpec(method="dpo", data=exports["preference"], out=tmp_path / "ns", model=str(base_model), lora=True,
-                     steps=1, save_every=1, max_length=160, options={"loss": "ns_dpo", "gamma": "0.9"})  # fmt: skip
+    spec = TrainSpec(
+        method="dpo",
+        data=exports["preference"],
+        out=tmp_path / "ns",
+        model=str(base_model),
+        lora=True,
+        steps=1,
+        save_every=1,
+        max_length=160,
+        options={"loss": "ns_dpo", "gamma": "0.9"},
+    )
     first = train(spec, demo_settings)
     assert first.steps == 1 and list((tmp_path / "ns").glob("ref_logps-*.pt"))
     spec.steps = 2
     second = train(spec, demo_settings)
     assert second.steps == 2 and second.resumed_from == 1 and second.metrics["gamma"] == 0.9
     assert second.metrics["loss_first"] == first.metrics["loss_first"]  # step 1 came from the saved state
-    epa = train(TrainSpec(method="dpo", data=exports["preference"], out=tmp_path / "epa", model=str(base_model),
-                          lora=True, steps=1, max_length=160, options={"loss": "epa"}), demo_settings)  # fmt: skip
+    epa = train(
+        TrainSpec(
+            method="dpo",
+            data=exports["preference"],
+            out=tmp_path / "epa",
+            model=str(base_model),
+            lora=True,
+            steps=1,
+            max_length=160,
+            options={"loss": "epa"},
+        ),
+        demo_settings,
+    )
     assert epa.metrics["loss_first"] == pytest.approx(0.6931, abs=1e-3)
 
 
@@ -204,12 +239,25 @@ def test_ns_dpo_and_epa_on_the_loop_resume_from_the_last_save(
 def test_qrm_then_reinforce_with_its_token_rewards(
     demo_settings: Settings, base_model: Path, exports: dict[str, Path], tmp_path: Path
 ) -> None:
-    qrm = train(TrainSpec(method="qrm", data=exports["preference"], out=tmp_path / "qrm", model=str(base_model),
-                          lora=True, steps=2), demo_settings)  # fmt: skip
+    qrm = train(
+        TrainSpec(
+            method="qrm", data=exports["preference"], out=tmp_path / "qrm", model=str(base_model), lora=True, steps=2
+        ),
+        demo_settings,
+    )
     assert qrm.model_id and 0.0 <= qrm.metrics["heldout_accuracy"] <= 1.0
-    policy = train(TrainSpec(method="reinforce", data=exports["sft"], out=tmp_path / "rl", model=str(base_model),
-                             lora=True, steps=1, options={"qrm": f"checkpoint:{qrm.model_id}", "gen_tokens": "8"}),
-                   demo_settings)  # fmt: skip
+    policy = train(
+        TrainSpec(
+            method="reinforce",
+            data=exports["sft"],
+            out=tmp_path / "rl",
+            model=str(base_model),
+            lora=True,
+            steps=1,
+            options={"qrm": f"checkpoint:{qrm.model_id}", "gen_tokens": "8"},
+        ),
+        demo_settings,
+    )
     assert policy.steps == 1 and "qrm_score_first" in policy.metrics
 
 
@@ -218,8 +266,22 @@ def test_qrm_then_reinforce_with_its_token_rewards(
 def test_sft_on_trl_with_label_smoothing(
     demo_home: Path, base_model: Path, exports: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    result = _cli(_train_argv(demo_home, "sft", exports["sft"], base_model, tmp_path / "sft", "--lora", "--steps", "2",
-                              "--label-smoothing", "0.1", "--json"), capsys)  # fmt: skip
+    result = _cli(
+        _train_argv(
+            demo_home,
+            "sft",
+            exports["sft"],
+            base_model,
+            tmp_path / "sft",
+            "--lora",
+            "--steps",
+            "2",
+            "--label-smoothing",
+            "0.1",
+            "--json",
+        ),
+        capsys,
+    )
     assert result["steps"] == 2 and result["metrics"]["label_smoothing"] == 0.1 and result["model_id"]
 
 

@@ -69,13 +69,15 @@ async def _filters(
             node = ctx.store.get_node(attempt.best_node_id)
             task = tasks[attempt.task_id]
             counts["checked"] += 1
-            verdict = await filters.exploit_check(node, task, "dafny", ctx.backend, bare, ctx.store,
-                                                  samples=args.exploit_samples)  # fmt: skip
+            verdict = await filters.exploit_check(
+                node, task, "dafny", ctx.backend, bare, ctx.store, samples=args.exploit_samples
+            )
             if verdict.rejected:
                 counts["exploit_rejected"] += 1
                 continue
-            verdict = await filters.judge_check(node, task.prompt, "dafny", "dafny", ctx.backend, ctx.store,
-                                                votes=args.judge_votes)  # fmt: skip
+            verdict = await filters.judge_check(
+                node, task.prompt, "dafny", "dafny", ctx.backend, ctx.store, votes=args.judge_votes
+            )
             counts["judge_rejected"] += int(verdict.rejected)
     finally:
         await bare.aclose()
@@ -107,15 +109,31 @@ async def run_setting(
     store.upsert_tasks(tasks)
     for kind in args.searches.split(","):
         options = AlphaVerusOptions(
-            mode="inference", target=target, search=kind, width=args.width, depth=args.depth,
-            max_tokens=args.max_tokens, verifier_seconds=args.verifier_seconds, seed=args.seed, few_shot=0,
+            mode="inference",
+            target=target,
+            search=kind,
+            width=args.width,
+            depth=args.depth,
+            max_tokens=args.max_tokens,
+            verifier_seconds=args.verifier_seconds,
+            seed=args.seed,
+            few_shot=0,
             infill=infill,
-        )  # fmt: skip
+        )
         run = store.create_run(
-            Run(agent="alphaverus", suite=tasks[0].suite, model=backend.model_id, status=RunStatus.RUNNING,
-                settings={"bench": "alphaverus", "setting": name, "options": options.model_dump(mode="json"),
-                          "task_ids": list(by_id)})
-        )  # fmt: skip
+            Run(
+                agent="alphaverus",
+                suite=tasks[0].suite,
+                model=backend.model_id,
+                status=RunStatus.RUNNING,
+                settings={
+                    "bench": "alphaverus",
+                    "setting": name,
+                    "options": options.model_dump(mode="json"),
+                    "task_ids": list(by_id),
+                },
+            )
+        )
         ctx = AgentContext(settings=settings, backend=backend, sandbox=sandbox, store=store, run=run)
         agent = AlphaVerusAgent(options)
         started = time.perf_counter()
@@ -149,8 +167,10 @@ async def run_setting(
             **node_shares(nodes),
         }
         save_partial(settings, result)
-        _log(f"  {name} {kind}: solved {len(solved)}/{len(tasks)}, calls {report[kind]['llm_calls']}, "
-             f"mean best {report[kind]['mean_best_score']}, {wall:.0f} s")  # fmt: skip
+        _log(
+            f"  {name} {kind}: solved {len(solved)}/{len(tasks)}, calls {report[kind]['llm_calls']}, "
+            f"mean best {report[kind]['mean_best_score']}, {wall:.0f} s"
+        )
     return report
 
 

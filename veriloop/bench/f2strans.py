@@ -71,9 +71,15 @@ async def _translate(
 
     started = time.perf_counter()
     with TrajectoryStore.from_settings(settings) as store:
-        run = create_run(store, settings, agent="f2strans", suite=tasks[0].suite,
-                         options={"source": source, "target": target, **options},
-                         task_ids=[task.id for task in tasks], extra={"bench": label})  # fmt: skip
+        run = create_run(
+            store,
+            settings,
+            agent="f2strans",
+            suite=tasks[0].suite,
+            options={"source": source, "target": target, **options},
+            task_ids=[task.id for task in tasks],
+            extra={"bench": label},
+        )
         done = 0
 
         def tick(_: object) -> None:
@@ -120,8 +126,14 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
     sampled = others[: args.train_tasks]
     _say(f"{len(held_out)} held-out functions, {len(others)} for training ({len(sampled)} sampled); work dir {work}")
     eval_options = {"turns": args.turns, "max_tokens": args.max_tokens, "concurrency": args.concurrency}
-    sample_options = {"turns": 1, "samples": args.samples, "temperature": 0.8, "max_tokens": args.max_tokens,
-                      "concurrency": args.concurrency, "seed": args.seed}  # fmt: skip
+    sample_options = {
+        "turns": 1,
+        "samples": args.samples,
+        "temperature": 0.8,
+        "max_tokens": args.max_tokens,
+        "concurrency": args.concurrency,
+        "seed": args.seed,
+    }
 
     report: dict[str, Any] = {}
     for source, target in directions:
@@ -141,8 +153,14 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
     random.Random(args.seed).shuffle(sft)
     random.Random(args.seed).shuffle(pairs)
     _say(f"training: {len(sft)} functional rows, {len(pairs)} style pairs")
-    round_spec = RoundSpec(sft_steps=args.sft_steps, dpo_steps=args.dpo_steps, batch_size=args.train_batch,
-                           max_length=args.max_length, seed=args.seed, max_preference_rows=args.max_pairs)  # fmt: skip
+    round_spec = RoundSpec(
+        sft_steps=args.sft_steps,
+        dpo_steps=args.dpo_steps,
+        batch_size=args.train_batch,
+        max_length=args.max_length,
+        seed=args.seed,
+        max_preference_rows=args.max_pairs,
+    )
     train_started = time.perf_counter()
 
     def progress(step: int, total: int, metrics: dict[str, float]) -> None:
@@ -157,12 +175,21 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
         _say(f"after {source}->{target}: CA {after['computational_accuracy']} style {after['style']}")
     report["training"] = training
     report["config"] = {
-        "suite": f"{suite.name} ({suite.version})", "model": settings.llm.model, "turns": args.turns,
-        "max_tokens": args.max_tokens, "samples": args.samples, "train_tasks": args.train_tasks,
-        "sft_steps": args.sft_steps, "dpo_steps": args.dpo_steps, "train_batch": args.train_batch,
-        "max_length": args.max_length, "max_pairs": args.max_pairs, "lora": True, "seed": args.seed,
+        "suite": f"{suite.name} ({suite.version})",
+        "model": settings.llm.model,
+        "turns": args.turns,
+        "max_tokens": args.max_tokens,
+        "samples": args.samples,
+        "train_tasks": args.train_tasks,
+        "sft_steps": args.sft_steps,
+        "dpo_steps": args.dpo_steps,
+        "train_batch": args.train_batch,
+        "max_length": args.max_length,
+        "max_pairs": args.max_pairs,
+        "lora": True,
+        "seed": args.seed,
         "style": "(similarity + lint)/2; similarity = mean(BLEU-4, keyword-weighted BLEU, AST subtree match); "
-                 "lint = 1/(1 + ruff findings per 10 lines)",
-    }  # fmt: skip
+        "lint = 1/(1 + ruff findings per 10 lines)",
+    }
     report["seconds"] = round(time.perf_counter() - started, 1)
     return report

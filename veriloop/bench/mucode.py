@@ -133,8 +133,13 @@ async def _measure(settings: Settings, args: argparse.Namespace) -> dict[str, An
     seconds: dict[str, float] = {}
     extra: dict[str, Any] = {}
     errors: dict[str, str] = {}
-    common = {"turns": args.turns, "history": args.history, "max_tokens": args.max_tokens, "seed": args.seed,
-              "concurrency": args.concurrency}  # fmt: skip
+    common = {
+        "turns": args.turns,
+        "history": args.history,
+        "max_tokens": args.max_tokens,
+        "seed": args.seed,
+        "concurrency": args.concurrency,
+    }
     store = TrajectoryStore.from_settings(settings)
     sandbox = get_sandbox(settings)
     _say("loading the model")
@@ -145,8 +150,9 @@ async def _measure(settings: Settings, args: argparse.Namespace) -> dict[str, An
     ) -> tuple[str, int]:
         """One stored run; a failing configuration is reported (`errors`) and the others still run."""
         started = time.perf_counter()
-        run = create_run(store, model, agent="mucode", suite=suite, options=options, limit=limit,
-                         extra={"bench": f"mucode:{name}"})  # fmt: skip
+        run = create_run(
+            store, model, agent="mucode", suite=suite, options=options, limit=limit, extra={"bench": f"mucode:{name}"}
+        )
         _say(f"{name}: run {run.id} on {suite}[:{limit}] with {options}")
         try:
             finished, attempts = await execute_run(settings, store, run.id, backend=backend, sandbox=sandbox)
@@ -179,9 +185,16 @@ async def _measure(settings: Settings, args: argparse.Namespace) -> dict[str, An
                 extra["multi_turn_repeats"] = {"repeated": repeats, "repair_turns": repairs}
             save_partial()
         if "after_training_multi_turn" not in skip or not {"bon_lv", "bon_pt_lv"} <= skip:
-            options = {**common, "n": 1, "train": True, "iterations": 1, "rollouts": args.rollouts,
-                       "rollout_temperature": args.rollout_temperature, "verifier_steps": args.verifier_steps,
-                       "sft_steps": args.sft_steps}  # fmt: skip
+            options = {
+                **common,
+                "n": 1,
+                "train": True,
+                "iterations": 1,
+                "rollouts": args.rollouts,
+                "rollout_temperature": args.rollout_temperature,
+                "verifier_steps": args.verifier_steps,
+                "sft_steps": args.sft_steps,
+            }
             with contextlib.suppress(Exception):
                 await measure("training", options, base, args.train_suite, args.train_tasks)
             from veriloop.agents.mucode.state import MuCodeOptions
@@ -201,8 +214,9 @@ async def _measure(settings: Settings, args: argparse.Namespace) -> dict[str, An
             trained = get_backend(tuned)
             try:
                 with contextlib.suppress(Exception):
-                    _, passed = await measure("after_training_multi_turn", {**common, "n": 1}, trained, args.suite,
-                                              args.tasks, tuned)  # fmt: skip
+                    _, passed = await measure(
+                        "after_training_multi_turn", {**common, "n": 1}, trained, args.suite, args.tasks, tuned
+                    )
                     results["after_training_multi_turn"] = passed / args.tasks
             finally:
                 await trained.aclose()

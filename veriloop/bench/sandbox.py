@@ -139,8 +139,10 @@ async def _measure(problems: list[dict[str, Any]], workers: int, timeout: float,
     warm = BwrapSandbox(warm_workers=workers)
     warmup = problems[:workers]
     try:
-        for name, runner, toolchain in (("process", process.run, process.toolchain), ("bwrap_cold", cold.run_cold,
-                                                                                       cold.toolchain)):  # fmt: skip
+        for name, runner, toolchain in (
+            ("process", process.run, process.toolchain),
+            ("bwrap_cold", cold.run_cold, cold.toolchain),
+        ):
             print(f"bench sandbox: {name} ...", file=sys.stderr)
             await _ours(runner, _jobs(toolchain, warmup, limits), workers)
             elapsed, passed, cpu, results = await _ours(runner, _jobs(toolchain, problems, limits), workers)

@@ -36,9 +36,20 @@ from veriloop.verifiers.nagini import NaginiVerifier, close_workers, default_pyt
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "verifiers" / "data"
 SKIP = {"timeout_nonlinear"}
-DAFNYBENCH = ("Clover_abs", "Clover_array_sum", "Clover_below_zero", "Clover_avg", "Clover_array_copy",
-              "Clover_binary_search", "Clover_array_append", "Clover_array_concat", "Clover_array_product",
-              "Clover_cal_ans", "Clover_compare", "Clover_count_lessthan")  # fmt: skip
+DAFNYBENCH = (
+    "Clover_abs",
+    "Clover_array_sum",
+    "Clover_below_zero",
+    "Clover_avg",
+    "Clover_array_copy",
+    "Clover_binary_search",
+    "Clover_array_append",
+    "Clover_array_concat",
+    "Clover_array_product",
+    "Clover_cal_ans",
+    "Clover_compare",
+    "Clover_count_lessthan",
+)
 
 
 def _log(message: str) -> None:
@@ -80,8 +91,9 @@ def _nagini_cli(python: Path, code: str, timeout_s: float) -> str:
         path = Path(work, "program.py")
         path.write_text(code)
         try:
-            run = subprocess.run([str(nagini), str(path)], capture_output=True, text=True, timeout=timeout_s,
-                                 cwd=work, check=False)  # fmt: skip
+            run = subprocess.run(
+                [str(nagini), str(path)], capture_output=True, text=True, timeout=timeout_s, cwd=work, check=False
+            )
         except subprocess.TimeoutExpired:
             return VerifyStatus.TIMEOUT.value
     if "Verification successful" in run.stdout:

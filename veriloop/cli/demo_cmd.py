@@ -50,22 +50,36 @@ async def _run_demo(
     from veriloop.store import TrajectoryStore
 
     with TrajectoryStore.from_settings(settings) as store:
-        run = create_run(store, settings, agent="mucode", suite="humaneval",
-                         options={**DEMO_OPTIONS, "concurrency": limit}, limit=limit)  # fmt: skip
+        run = create_run(
+            store,
+            settings,
+            agent="mucode",
+            suite="humaneval",
+            options={**DEMO_OPTIONS, "concurrency": limit},
+            limit=limit,
+        )
         sandbox = get_sandbox(settings)
         with console.status("loading the model"):
             backend = get_backend(settings)
         started = time.perf_counter()
         try:
             with Progress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                console=console, transient=True,
-            ) as progress:  # fmt: skip
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+                transient=True,
+            ) as progress:
                 bar = progress.add_task(f"μCode on {limit} HumanEval tasks", total=limit)
                 run, attempts = await execute_run(
-                    settings, store, run.id, backend=backend, sandbox=sandbox,
+                    settings,
+                    store,
+                    run.id,
+                    backend=backend,
+                    sandbox=sandbox,
                     on_attempt=lambda _attempt: progress.advance(bar),
-                )  # fmt: skip
+                )
             seconds = time.perf_counter() - started
             tree = await _treefinement_step(settings, store, backend, sandbox, console) if treefinement else None
         finally:
@@ -120,14 +134,20 @@ def demo(
 
     def render(_: object) -> None:
         table = Table(title=f"veriloop demo: μCode on {run.suite} with {run.model}")
-        columns = (("task", "left"), ("passed", "center"), ("turns", "right"), ("tokens", "right"),
-                   ("seconds", "right"))  # fmt: skip
+        columns = (
+            ("task", "left"),
+            ("passed", "center"),
+            ("turns", "right"),
+            ("tokens", "right"),
+            ("seconds", "right"),
+        )
         for column, justify in columns:
             table.add_column(column, justify=justify)  # type: ignore[arg-type]
         for attempt in attempts:
             mark = "[green]yes[/]" if attempt.status == "passed" else "[red]no[/]"
-            table.add_row(attempt.task_id, mark, str(turns.get(attempt.task_id, 0)), str(attempt.tokens),
-                          f"{attempt.seconds:.1f}")  # fmt: skip
+            table.add_row(
+                attempt.task_id, mark, str(turns.get(attempt.task_id, 0)), str(attempt.tokens), f"{attempt.seconds:.1f}"
+            )
         out = Console(file=sys.stdout, soft_wrap=True)
         out.print(table)
         out.print(

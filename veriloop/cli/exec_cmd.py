@@ -35,8 +35,13 @@ def _cases(text: str, path: Path) -> list[StdioCase]:
     for index, item in enumerate(data):
         if not isinstance(item, dict) or "expected" not in item:
             raise ConfigError(f"case {index} of {path} needs an 'expected' field")
-        cases.append(StdioCase(name=str(item.get("name", f"case_{index + 1}")), stdin=str(item.get("stdin", "")),
-                               expected=str(item["expected"])))  # fmt: skip
+        cases.append(
+            StdioCase(
+                name=str(item.get("name", f"case_{index + 1}")),
+                stdin=str(item.get("stdin", "")),
+                expected=str(item["expected"]),
+            )
+        )
     return cases
 
 
@@ -93,8 +98,10 @@ def exec_command(
     )
 
     def render(value: dict[str, Any]) -> None:
-        typer.echo(f"status: {value['status']}  exit: {value['exit_code']}  wall: {value['wall_s']:.3f}s  "
-                   f"sandbox: {value['sandbox']}")  # fmt: skip
+        typer.echo(
+            f"status: {value['status']}  exit: {value['exit_code']}  wall: {value['wall_s']:.3f}s  "
+            f"sandbox: {value['sandbox']}"
+        )
         for test in value["tests"]:
             mark = "PASS" if test["passed"] else "FAIL"
             typer.echo(f"  {mark} {test['name']} {test['message'].splitlines()[0] if test['message'] else ''}")

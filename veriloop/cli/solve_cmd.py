@@ -286,21 +286,42 @@ def solve(
     settings = state(ctx).settings()
     code = _read(file, "program")
     plan = plan_solve(
-        file, code, spec=_read(spec, "spec") if spec else None, tests=_read(tests, "tests") if tests else None,
-        to=to, source=source, width=width, depth=depth, turns=turns, n=n, max_tokens=max_tokens,
-    )  # fmt: skip
+        file,
+        code,
+        spec=_read(spec, "spec") if spec else None,
+        tests=_read(tests, "tests") if tests else None,
+        to=to,
+        source=source,
+        width=width,
+        depth=depth,
+        turns=turns,
+        n=n,
+        max_tokens=max_tokens,
+    )
     before = asyncio.run(precheck(settings, plan, code))
     if before is VerifyStatus.VERIFIED:
-        done = {"verdict": "verified", "method": plan.method, "run_id": None, "program": code, "diff": "",
-                  "note": "the program already verifies; nothing to do"}  # fmt: skip
+        done = {
+            "verdict": "verified",
+            "method": plan.method,
+            "run_id": None,
+            "program": code,
+            "diff": "",
+            "note": "the program already verifies; nothing to do",
+        }
         emit(done, as_json, lambda _: print(f"verified: {file} already verifies with {plan.target}; nothing to do"))
         return
     if not as_json:
         print(f"{plan.method} on {file} ({plan.target}); progress below", file=sys.stderr, flush=True)
     path = task_file(settings, plan)
     with TrajectoryStore.from_settings(settings) as store:
-        run = create_run(store, settings, agent=plan.method, suite=str(path), options=plan.options,
-                         extra={"solve": {"file": str(file.resolve()), "method": plan.method}})  # fmt: skip
+        run = create_run(
+            store,
+            settings,
+            agent=plan.method,
+            suite=str(path),
+            options=plan.options,
+            extra={"solve": {"file": str(file.resolve()), "method": plan.method}},
+        )
     finished, attempts = asyncio.run(_run(settings, run, quiet=as_json))
     attempt = attempts[0] if attempts else None
     with TrajectoryStore.from_settings(settings) as store:

@@ -76,8 +76,13 @@ def worker(
     as_json: JsonFlag = False,
 ) -> None:
     """Pull queued runs from the database and execute them, one at a time, until stopped."""
-    service = {"executor": executor, "ray_address": ray_address, "lease_s": lease, "heartbeat_s": heartbeat,
-               "poll_s": poll}  # fmt: skip
+    service = {
+        "executor": executor,
+        "ray_address": ray_address,
+        "lease_s": lease,
+        "heartbeat_s": heartbeat,
+        "poll_s": poll,
+    }
     settings = state(ctx).settings(service=service)
     outcome = asyncio.run(_work(settings, executor, once, max_jobs))
     report: dict[str, Any] = outcome if isinstance(outcome, dict) else dict(vars(outcome))

@@ -161,9 +161,11 @@ def cache_runner_bytecode() -> None:
             )
             if not fresh:
                 py_compile.compile(
-                    str(source), cfile=str(cached), doraise=True,
+                    str(source),
+                    cfile=str(cached),
+                    doraise=True,
                     invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP,
-                )  # fmt: skip
+                )
         except (OSError, py_compile.PyCompileError):
             continue
 

@@ -90,9 +90,17 @@ def bwrap_argv(toolchain: Toolchain, root: Path, mode: str) -> list[str]:
         raise SandboxError("bubblewrap (bwrap) is not installed; run scripts/setup-sandbox.sh")
     argv = [
         path,
-        "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-        "--die-with-parent", "--new-session", "--clearenv", "--hostname", "sandbox",
-    ]  # fmt: skip
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+        "--hostname",
+        "sandbox",
+    ]
     for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
         if Path(top).is_symlink():
             argv += ["--symlink", str(Path(top).readlink()), top]
@@ -211,8 +219,10 @@ class BwrapSandbox:
                 proc.communicate()
                 return infra_error(
                     f"the sandbox runner did not answer within {deadline:.0f} s",
-                    sandbox=self.name, version=self.version, wall_s=time.monotonic() - started,
-                )  # fmt: skip
+                    sandbox=self.name,
+                    version=self.version,
+                    wall_s=time.monotonic() - started,
+                )
             except asyncio.CancelledError:
                 proc.kill()
                 group.kill()
@@ -222,9 +232,13 @@ class BwrapSandbox:
                 message = err.decode(errors="replace").strip() or f"bwrap exited with {proc.returncode}"
                 return infra_error(f"sandbox failed: {message}", sandbox=self.name, version=self.version)
             return assemble(
-                job, raw, sandbox=self.name, version=self.version,
-                oom_kills=group.oom_kills(), peak_bytes=None,
-            )  # fmt: skip
+                job,
+                raw,
+                sandbox=self.name,
+                version=self.version,
+                oom_kills=group.oom_kills(),
+                peak_bytes=None,
+            )
         finally:
             if group is not None:
                 group.kill()

@@ -126,9 +126,11 @@ class DockerSandbox:
     def from_settings(cls, settings: Settings) -> DockerSandbox:
         section = settings.sandbox
         return cls(
-            image=section.docker_image, warm_workers=section.warm_workers, work_root=section.work_root,
+            image=section.docker_image,
+            warm_workers=section.warm_workers,
+            work_root=section.work_root,
             url=section.docker_url,
-        )  # fmt: skip
+        )
 
     def client(self) -> Any:
         if self._client is None:
@@ -292,7 +294,7 @@ class WarmContainer:
         try:
             spec = runner_spec(
                 job, work_dir=f"/work/{job_id}", mount=False, uid=None, kill="all", cleanup=CLEAN, cleanup_ipc=True
-            )  # fmt: skip
+            )
             fd = os.open(spec_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as handle:
                 os.fchown(fd, JOB_UID, JOB_UID)
@@ -334,8 +336,11 @@ class WarmContainer:
             code, (out, err) = self.container.exec_run(
                 argv, user=f"{JOB_UID}:{JOB_UID}", workdir="/work", environment=RUNNER_ENV, demux=True
             )
-            outcome.update(exit_code=code, stdout=(out or b"").decode(errors="replace"),
-                           stderr=(err or b"").decode(errors="replace"))  # fmt: skip
+            outcome.update(
+                exit_code=code,
+                stdout=(out or b"").decode(errors="replace"),
+                stderr=(err or b"").decode(errors="replace"),
+            )
         except Exception as exc:
             outcome["error"] = str(exc)
 

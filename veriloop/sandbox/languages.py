@@ -171,9 +171,13 @@ def stdio_job(
     for case in cases:
         steps.append(Step(name=case.name, argv=run, stdin=case.stdin, python=lang.python))
     return Job(
-        files={source: code}, steps=steps, env=env, limits=limits, language=lang.name,
+        files={source: code},
+        steps=steps,
+        env=env,
+        limits=limits,
+        language=lang.name,
         checks=Checks(kind="stdio", cases=list(cases)),
-    )  # fmt: skip
+    )
 
 
 def python_tests_job(
@@ -204,9 +208,12 @@ def python_tests_job(
         stdin = json.dumps({"tests": tests, "helpers": helpers})
     step = _judge_step(toolchain, "asserts", stdin, entry_point, helpers=helpers is not None)
     return Job(
-        files={"main.py": JUDGE_MAIN, harness_py.SOLUTION: code}, steps=[step], limits=limits, language="python",
+        files={"main.py": JUDGE_MAIN, harness_py.SOLUTION: code},
+        steps=[step],
+        limits=limits,
+        language="python",
         checks=Checks(kind="python_asserts", expected_tests=expected),
-    )  # fmt: skip
+    )
 
 
 def prompt_helpers(prompt: str, entry_point: str | None) -> str | None:
@@ -300,9 +307,12 @@ def harness_job(
     if lang.name == "python":
         _require(lang, toolchain)
         return Job(
-            files={"main.py": JUDGE_MAIN, harness_py.SOLUTION: code}, steps=[_judge_step(toolchain, "program", harness,
-            None)], limits=limits, language=lang.name, checks=Checks(kind="harness"),
-        )  # fmt: skip
+            files={"main.py": JUDGE_MAIN, harness_py.SOLUTION: code},
+            steps=[_judge_step(toolchain, "program", harness, None)],
+            limits=limits,
+            language=lang.name,
+            checks=Checks(kind="harness"),
+        )
     why = split.refusal(lang.name, harness)
     if why is None:
         return _split_job(lang, toolchain, code, harness, limits)
@@ -324,9 +334,13 @@ def harness_job(
     source, steps, env = _base(lang, toolchain, program, limits)
     steps.append(Step(name="harness", argv=lang.run(toolchain, source, limits), python=lang.python))
     return Job(
-        files={source: program, **stand_ins(lang, program)}, steps=steps, env=env, limits=limits, language=lang.name,
+        files={source: program, **stand_ins(lang, program)},
+        steps=steps,
+        env=env,
+        limits=limits,
+        language=lang.name,
         checks=Checks(kind="harness"),
-    )  # fmt: skip
+    )
 
 
 def _split_job(lang: Language, toolchain: Toolchain, code: str, harness: str, limits: Limits) -> Job:
@@ -338,7 +352,11 @@ def _split_job(lang: Language, toolchain: Toolchain, code: str, harness: str, li
     trusted_source, trusted_steps, _ = _base(lang, toolchain, trusted, limits)
     trusted_steps.append(Step(name="harness", argv=lang.run(toolchain, trusted_source, limits), stdin_from="candidate"))
     return Job(
-        files={source: candidate, **stand_ins(lang, candidate)}, steps=steps, env=env, limits=limits,
-        language=lang.name, checks=Checks(kind="harness"),
+        files={source: candidate, **stand_ins(lang, candidate)},
+        steps=steps,
+        env=env,
+        limits=limits,
+        language=lang.name,
+        checks=Checks(kind="harness"),
         trusted=Phase(files={trusted_source: trusted, **stand_ins(lang, trusted)}, steps=trusted_steps),
-    )  # fmt: skip
+    )

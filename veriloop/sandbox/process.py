@@ -74,9 +74,7 @@ class ProcessSandbox:
         work = Path(tempfile.mkdtemp(prefix="veriloop-job-", dir=self.root))
         try:
             memory = None if job.language in NO_ADDRESS_LIMIT else job.limits.memory_mb << 20
-            spec = runner_spec(
-                job, work_dir=str(work), mount=False, uid=None, kill="descendants", address_space=memory
-            )  # fmt: skip
+            spec = runner_spec(job, work_dir=str(work), mount=False, uid=None, kill="descendants", address_space=memory)
             python = self._toolchain.path("python")
             assert python is not None
             started = time.monotonic()
@@ -97,8 +95,10 @@ class ProcessSandbox:
                 proc.communicate()
                 return infra_error(
                     f"the runner did not answer within {deadline:.0f} s",
-                    sandbox=self.name, version=self.version, wall_s=time.monotonic() - started,
-                )  # fmt: skip
+                    sandbox=self.name,
+                    version=self.version,
+                    wall_s=time.monotonic() - started,
+                )
             raw = parse_runner_output(out.decode(errors="replace"))
             if raw is None:
                 if proc.returncode is not None and proc.returncode < 0:

@@ -46,11 +46,22 @@ class ToolSandbox:
             raise SandboxError("bubblewrap (bwrap) is not installed; run scripts/setup-sandbox.sh")
         wrapped = [
             path,
-            "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-            "--die-with-parent", "--new-session", "--clearenv",
-            "--ro-bind", "/", "/",
-            "--dev", "/dev", "--proc", "/proc",
-        ]  # fmt: skip
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--die-with-parent",
+            "--new-session",
+            "--clearenv",
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+        ]
         for hidden in HIDDEN:
             if Path(hidden).is_dir() and not Path(hidden).is_symlink():
                 wrapped += ["--tmpfs", hidden]

@@ -65,8 +65,11 @@ def reward_augment(rows: Sequence[Row], *, system: bool = True) -> list[Row]:
         swap = dict(row)
         swap["prompt"] = _with_goal(row["prompt"], goal_text(to_scale(low)), system)
         swap["chosen"], swap["rejected"] = row["rejected"], row["chosen"]
-        for left, right in (("chosen_token_ids", "rejected_token_ids"), ("chosen_score", "rejected_score"),
-                            ("chosen_node_id", "rejected_node_id")):  # fmt: skip
+        for left, right in (
+            ("chosen_token_ids", "rejected_token_ids"),
+            ("chosen_score", "rejected_score"),
+            ("chosen_node_id", "rejected_node_id"),
+        ):
             if left in row and right in row:
                 swap[left], swap[right] = row[right], row[left]
         swap["goal_score"], swap["augmented"] = to_scale(low), "negative"

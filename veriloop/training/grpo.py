@@ -136,7 +136,11 @@ def train_grpo(
         "reward_mode": reward.options["mode"],
     }
     return save_and_register(
-        spec, settings, trainer.model, tokenizer,
+        spec,
+        settings,
+        trainer.model,
+        tokenizer,
         rows_hash=content_hash([[row.get(c) for c in ("prompt", "tests", "task_id", "spec")] for row in rows]),
-        steps=int(trainer.state.global_step), metrics=metrics,
-    )  # fmt: skip
+        steps=int(trainer.state.global_step),
+        metrics=metrics,
+    )

@@ -156,10 +156,12 @@ def train_preference_loop(spec: TrainSpec, settings: Settings, progress: Progres
     seed_everything(spec.seed)
     model, tokenizer = _causal_lm(spec, settings)
     encoded = [
-        (encode(tokenizer, row["prompt"], row["chosen"], spec.max_length),
-         encode(tokenizer, row["prompt"], row["rejected"], spec.max_length))
+        (
+            encode(tokenizer, row["prompt"], row["chosen"], spec.max_length),
+            encode(tokenizer, row["prompt"], row["rejected"], spec.max_length),
+        )
         for row in rows
-    ]  # fmt: skip
+    ]
     reference = _reference_logps(spec, model, tokenizer, encoded)
     model = with_lora(model, spec, "CAUSAL_LM")
     times = torch.tensor(timesteps_from_rows(rows))

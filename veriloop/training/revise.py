@@ -82,10 +82,12 @@ def train_sft_dpo(spec: TrainSpec, settings: Settings, progress: Progress | None
     if unknown:
         raise ConfigError(f"train_tokens {unknown} are not in the vocabulary of {folder}")
     encoded = [
-        (encode_continuation(tokenizer, row["prompt"], row["prefix"], row["chosen"], spec.max_length),
-         encode_continuation(tokenizer, row["prompt"], row["prefix"], row["rejected"], spec.max_length))
+        (
+            encode_continuation(tokenizer, row["prompt"], row["prefix"], row["chosen"], spec.max_length),
+            encode_continuation(tokenizer, row["prompt"], row["prefix"], row["rejected"], spec.max_length),
+        )
         for row in rows
-    ]  # fmt: skip
+    ]
     pad = int(tokenizer.pad_token_id)
     model.eval()
     with torch.no_grad():
@@ -121,6 +123,12 @@ def train_sft_dpo(spec: TrainSpec, settings: Settings, progress: Progress | None
     metrics = {"loss_type": "sft+dpo", "beta": beta, "dpo_weight": dpo_weight, **loss_summary(state.losses)}
     rows_hash = content_hash([[row.get(column) for column in COLUMNS] for row in rows])
     return save_and_register(
-        spec, settings, model, tokenizer, rows_hash=rows_hash, steps=state.step, metrics=metrics,
+        spec,
+        settings,
+        model,
+        tokenizer,
+        rows_hash=rows_hash,
+        steps=state.step,
+        metrics=metrics,
         resumed_from=state.resumed_from,
-    )  # fmt: skip
+    )

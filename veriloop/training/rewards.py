@@ -104,8 +104,12 @@ class JudgeReward:
         security_min_severity: Literal["low", "medium", "high"] = "medium",
     ) -> None:
         self.judge = judge
-        self.options = {"mode": mode, "partial_credit": partial_credit, "security_weight": security_weight,
-                        "security_min_severity": security_min_severity}  # fmt: skip
+        self.options = {
+            "mode": mode,
+            "partial_credit": partial_credit,
+            "security_weight": security_weight,
+            "security_min_severity": security_min_severity,
+        }
         self.__name__ = f"judge_{mode}"  # TRL logs each reward function under its __name__
         self.calls = 0
         self.last: list[dict[str, Any]] = []
