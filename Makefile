@@ -40,9 +40,9 @@ pytest: setup services
 
 test: lint typecheck pytest
 
-# The fast tests: no slow, model, docker, browser, postgres or gpu marker, and no services started; a part
+# The fast tests, on two workers like `make test`: no slow, model, docker, browser, postgres or gpu marker, and no services started; a part
 # that is missing here (bwrap, dafny, nagini, the data folder) skips by marker (CONTRIBUTING.md, "Tests").
 .PHONY: unit
 UNIT_MARKERS := not slow and not model and not docker and not browser and not postgres and not gpu
 unit: setup
-	$(BIN)/pytest -q -m "$(UNIT_MARKERS)" --durations=10
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "$(UNIT_MARKERS)" --durations=10
