@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from veriloop.errors import ConfigError
 from veriloop.llm.batcher import ContinuousBatcher, SampleSpec
+from veriloop.llm.codeblocks import extract_code, fenced_block
 from veriloop.llm.constraints import ConstraintEngine, mask_rows, validate
 from veriloop.records import Constraint, SamplingParams
 
@@ -239,3 +240,28 @@ def test_sampling_params_carry_the_constraint() -> None:
     params = SamplingParams(constraint=Constraint(kind="lark", value='start: "x"'))
     assert SamplingParams.model_validate_json(params.model_dump_json()) == params
     assert SamplingParams().constraint is None
+
+
+FENCED = [
+    ("```python\nimport math\ndef add(a, b):\n    return a + `b`\n```", True),
+    ("```python\ndef add(a):\n```", True),
+    ("```python\ndef sub(a):\n```", False),  # not the function the task asks for
+    ("Sure! Here it is:\n```python\ndef add(a):\n```", False),  # prose first
+    ("```python\ndef add(x)\n```\n```python\n```", False),  # a second block
+    ("```cpp\nint add(int a);\n```", False),  # another language
+]
+
+
+@pytest.mark.parametrize(("text", "allowed"), FENCED)
+def test_a_fenced_block_constraint_admits_one_block_with_the_signature(
+    engine: ConstraintEngine, tiny: tuple[Any, Any], text: str, allowed: bool
+) -> None:
+    """What the methods ask the model for (`fenced_block`), checked token by token as the batcher applies it."""
+    constraint = fenced_block("python", "def add(")
+    matcher = engine.matcher(constraint)
+    tokens = tiny[1].encode(text, add_special_tokens=False)
+    consumed = all(matcher.advance(token) for token in tokens)
+    assert (consumed and matcher.accepting) is allowed
+    assert bool(re.fullmatch(constraint.value, text)) is allowed
+    if allowed:
+        assert "def add(" in extract_code(text, "python")

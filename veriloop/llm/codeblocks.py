@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from veriloop.records import Constraint
+
 CLOSING_FENCE = "\n```\n"
 """Stop string that ends a reply at its first closing fence; an opening fence carries a language tag."""
 
@@ -24,3 +26,22 @@ def extract_code(text: str, language: str | None = None) -> str:
             if tag == language.lower():
                 return body.strip("\n")
     return blocks[0][1].strip("\n")
+
+
+_NO_FENCE = "(?:[^`]|`[^`]|``[^`])*"
+"""Any text without three backticks in a row: the block's body cannot close the fence early or open another."""
+
+
+def _literal(text: str) -> str:
+    """`text` as a regex matching itself, with every non-word character in a class (portable across engines)."""
+    return "".join(
+        char if char.isalnum() or char == "_" else ("\\" + char if char in "\\]^" else f"[{char}]") for char in text
+    )
+
+
+def fenced_block(language: str, required: str | None = None) -> Constraint:
+    """A reply that is exactly one fenced block tagged `language`, containing `required` if given (for example
+    `def add(`): what a method's prompt asks for, so a small model's answer always reaches the tests or the
+    compiler as code rather than as prose, and a length cut still leaves an open block `extract_code` reads."""
+    body = _NO_FENCE if required is None else f"{_NO_FENCE}{_literal(required)}{_NO_FENCE}"
+    return Constraint(kind="regex", value=f"```{_literal(language)}\\n{body}`{{0,2}}\\n```")
