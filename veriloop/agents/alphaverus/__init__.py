@@ -15,13 +15,14 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 from veriloop.agents.alphaverus.filters import edits_spec
-from veriloop.agents.alphaverus.graph import LoopContext, build_graph, search_id, task_mode
+from veriloop.agents.alphaverus.graph import Deps, build_graph, search_id, task_mode
 from veriloop.agents.alphaverus.hints import HintsProblem, hint_slots
 from veriloop.agents.alphaverus.pools import ERRORS, SOLVED, Pools
 from veriloop.agents.alphaverus.problem import VerifierProblem, program_text
 from veriloop.agents.alphaverus.prompts import LANGUAGE, explore_messages, fenced, render_errors
 from veriloop.agents.alphaverus.state import AlphaVerusOptions, SuiteState
 from veriloop.agents.base import Agent, OnAttempt, notify
+from veriloop.agents.common import run_graph
 from veriloop.agents.context import AgentContext
 from veriloop.errors import ConfigError
 from veriloop.llm.codeblocks import CLOSING_FENCE
@@ -193,24 +194,24 @@ class AlphaVerusAgent(Agent[AlphaVerusOptions]):
             bare = make_verifier(target, ctx, guard=False)
             stack.push_async_callback(verifier.aclose)
             stack.push_async_callback(bare.aclose)
-            loop = LoopContext(
-                agent=ctx, options=o, tasks={task.id: task for task in tasks}, target=target, verifier=verifier,
-                bare=bare, pools=Pools(ctx.store, target, ctx.run.id),
-            )  # fmt: skip
+            deps = Deps(
+                ctx=ctx,
+                options=o,
+                tasks={task.id: task for task in tasks},
+                target=target,
+                verifier=verifier,
+                bare=bare,
+                pools=Pools(ctx.store, target, ctx.run.id),
+            )
             saver = await stack.enter_async_context(open_checkpointer(ctx.settings))
-            graph = build_graph().compile(checkpointer=saver)
-            config: Any = {
-                "configurable": {"thread_id": thread_id(ctx.run.id, "alphaverus")},
-                "recursion_limit": 4 * o.iterations + 10,
-            }
-            snapshot = await graph.aget_state(config)
-            if snapshot.next:
-                final = await graph.ainvoke(None, config, context=loop)
-            elif snapshot.values:
-                final = snapshot.values
-            else:
-                initial: SuiteState = {"iteration": 0, "iterations": o.iterations, "task_ids": [t.id for t in tasks]}
-                final = await graph.ainvoke(initial, config, context=loop)
+            initial: SuiteState = {"iteration": 0, "iterations": o.iterations, "task_ids": [t.id for t in tasks]}
+            final = await run_graph(
+                build_graph(saver),
+                initial,
+                deps,
+                thread=thread_id(ctx.run.id, "alphaverus"),
+                recursion_limit=4 * o.iterations + 10,
+            )
         state: SuiteState = final  # type: ignore[assignment]
         attempts = []
         for task in tasks:

@@ -23,7 +23,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
 from veriloop.agents.alphaverus import filters
@@ -60,10 +62,10 @@ def source_of(task: Task) -> str:
 
 
 @dataclass
-class LoopContext:
+class Deps:
     """What the graph's nodes use: the run's context, the options and the verifiers of the target."""
 
-    agent: AgentContext
+    ctx: AgentContext
     options: AlphaVerusOptions
     tasks: dict[str, Task]
     target: str
@@ -103,36 +105,36 @@ def _spent(state: SuiteState, task_id: str, extra: Spend) -> dict[str, dict[str,
     return spend
 
 
-def _better(state: SuiteState, best: dict[str, str], outcome: SearchOutcome, task_id: str, ctx: LoopContext) -> None:
+def _better(state: SuiteState, best: dict[str, str], outcome: SearchOutcome, task_id: str, deps: Deps) -> None:
     if outcome.best is None:
         return
     current = best.get(task_id)
     if current is not None:
-        stored = ctx.agent.store.get_node(current)
+        stored = deps.ctx.store.get_node(current)
         if (stored.score or -1.0) >= (outcome.best.score or -1.0):
             return
     best[task_id] = outcome.best.id
 
 
-async def explore(state: SuiteState, runtime: Runtime[LoopContext]) -> dict[str, Any]:
-    ctx = runtime.context
+async def explore(state: SuiteState, runtime: Runtime[Deps]) -> dict[str, Any]:
+    deps = runtime.context
     k = state["iteration"]
     todo = [task_id for task_id in state["task_ids"] if task_id not in state.get("accepted", {})]
 
     async def one(task_id: str) -> SearchOutcome:
-        task = ctx.tasks[task_id]
-        solved = ctx.pools.sample(SOLVED, k, ctx.options.few_shot, ctx.rng("solved", k, task_id), task_id)
-        root = explore_messages(source_of(task), "dafny", ctx.target, task_mode(task), solved)
-        problem = VerifierProblem(task, ctx.verifier, scorer_for(ctx.target), root, target=ctx.target,
-                                  history=ctx.options.history)  # fmt: skip
+        task = deps.tasks[task_id]
+        solved = deps.pools.sample(SOLVED, k, deps.options.few_shot, deps.rng("solved", k, task_id), task_id)
+        root = explore_messages(source_of(task), "dafny", deps.target, task_mode(task), solved)
+        problem = VerifierProblem(task, deps.verifier, scorer_for(deps.target), root, target=deps.target,
+                                  history=deps.options.history)  # fmt: skip
         return await run_search(
-            problem, ctx.agent.backend, ctx.agent.store, run_id=ctx.agent.run.id, task_id=task_id,
-            config=ctx.config("best_of_n", ctx.options.explore_samples, 1),
-            search_id=search_id(ctx.agent.run.id, task_id, k, "explore"),
+            problem, deps.ctx.backend, deps.ctx.store, run_id=deps.ctx.run.id, task_id=task_id,
+            config=deps.config("best_of_n", deps.options.explore_samples, 1),
+            search_id=search_id(deps.ctx.run.id, task_id, k, "explore"),
             metadata={"phase": "explore", STEP_KEY: k, "few_shot": len(solved)},
         )  # fmt: skip
 
-    outcomes = await ctx.each(todo, one)
+    outcomes = await deps.each(todo, one)
     candidates: dict[str, list[str]] = {}
     partial: dict[str, str] = {}
     best = dict(state.get("best", {}))
@@ -145,7 +147,7 @@ async def explore(state: SuiteState, runtime: Runtime[LoopContext]) -> dict[str,
             partials = [node for node in outcome.nodes if node.score is not None and 0.0 <= node.score < 1.0]
             if partials:
                 partial[task_id] = max(partials, key=lambda node: node.score or 0.0).id
-        _better(state, best, outcome, task_id, ctx)
+        _better(state, best, outcome, task_id, deps)
         spend_state["spend"] = _spent(spend_state, task_id, outcome.spend)
     return {"candidates": candidates, "partial": partial, "best": best, "spend": spend_state["spend"]}
 
@@ -165,27 +167,27 @@ def triplets(winner: Node, nodes: Sequence[Node], parent: Node) -> list[dict[str
     ]
 
 
-async def tree(state: SuiteState, runtime: Runtime[LoopContext]) -> dict[str, Any]:
-    ctx = runtime.context
+async def tree(state: SuiteState, runtime: Runtime[Deps]) -> dict[str, Any]:
+    deps = runtime.context
     k = state["iteration"]
     todo = [task_id for task_id in state.get("partial", {}) if task_id not in state.get("candidates", {})]
 
     async def one(task_id: str) -> tuple[SearchOutcome, Node]:
-        task = ctx.tasks[task_id]
-        parent = await asyncio.to_thread(ctx.agent.store.get_node, state["partial"][task_id])
-        errors = ctx.pools.sample(ERRORS, k, ctx.options.few_shot, ctx.rng("errors", k, task_id), task_id)
-        root = fix_messages(parent.code or "", str(parent.metadata.get("feedback", "")), ctx.target, errors)
-        problem = VerifierProblem(task, ctx.verifier, scorer_for(ctx.target), root, target=ctx.target,
-                                  history=ctx.options.history)  # fmt: skip
+        task = deps.tasks[task_id]
+        parent = await asyncio.to_thread(deps.ctx.store.get_node, state["partial"][task_id])
+        errors = deps.pools.sample(ERRORS, k, deps.options.few_shot, deps.rng("errors", k, task_id), task_id)
+        root = fix_messages(parent.code or "", str(parent.metadata.get("feedback", "")), deps.target, errors)
+        problem = VerifierProblem(task, deps.verifier, scorer_for(deps.target), root, target=deps.target,
+                                  history=deps.options.history)  # fmt: skip
         outcome = await run_search(
-            problem, ctx.agent.backend, ctx.agent.store, run_id=ctx.agent.run.id, task_id=task_id,
-            config=ctx.config(ctx.options.search, ctx.options.width, ctx.options.depth),
-            search_id=search_id(ctx.agent.run.id, task_id, k, "tree"), parent=parent,
+            problem, deps.ctx.backend, deps.ctx.store, run_id=deps.ctx.run.id, task_id=task_id,
+            config=deps.config(deps.options.search, deps.options.width, deps.options.depth),
+            search_id=search_id(deps.ctx.run.id, task_id, k, "tree"), parent=parent,
             metadata={"phase": "tree", STEP_KEY: k, "few_shot": len(errors)},
         )  # fmt: skip
         return outcome, parent
 
-    results = await ctx.each(todo, one)
+    results = await deps.each(todo, one)
     candidates = dict(state.get("candidates", {}))
     found: dict[str, list[dict[str, Any]]] = {}
     best = dict(state.get("best", {}))
@@ -194,33 +196,33 @@ async def tree(state: SuiteState, runtime: Runtime[LoopContext]) -> dict[str, An
         if outcome.solved and outcome.best is not None:
             candidates[task_id] = [outcome.best.id]
             found[task_id] = triplets(outcome.best, outcome.nodes, parent)
-        _better(state, best, outcome, task_id, ctx)
+        _better(state, best, outcome, task_id, deps)
         spend_state["spend"] = _spent(spend_state, task_id, outcome.spend)
     return {"candidates": candidates, "triplets": found, "best": best, "spend": spend_state["spend"]}
 
 
-async def filter_candidates(state: SuiteState, runtime: Runtime[LoopContext]) -> dict[str, Any]:
-    ctx = runtime.context
+async def filter_candidates(state: SuiteState, runtime: Runtime[Deps]) -> dict[str, Any]:
+    deps = runtime.context
     k = state["iteration"]
-    o = ctx.options
-    store = ctx.agent.store
+    o = deps.options
+    store = deps.ctx.store
     pending = sorted(state.get("candidates", {}))
 
     async def one(task_id: str) -> tuple[str | None, dict[str, int], Spend]:
-        task = ctx.tasks[task_id]
+        task = deps.tasks[task_id]
         nodes = [await asyncio.to_thread(store.get_node, node_id) for node_id in state["candidates"][task_id]]
         nodes.sort(key=lambda node: content_order(node.code or ""))
-        critics = ctx.pools.sample(CRITIC, k, o.few_shot, ctx.rng("critic", k, task_id), task_id)
+        critics = deps.pools.sample(CRITIC, k, o.few_shot, deps.rng("critic", k, task_id), task_id)
         counts = {"exploit": 0, "judge": 0}
         spend = Spend()
         exploit_found = False
         for node in nodes[: o.max_candidates]:
-            verdict = await filters.exploit_check(node, task, ctx.target, ctx.agent.backend, ctx.bare, store,
+            verdict = await filters.exploit_check(node, task, deps.target, deps.ctx.backend, deps.bare, store,
                                                   samples=o.exploit_samples, critics=critics)  # fmt: skip
             spend.add(Spend(llm_calls=o.exploit_samples if verdict.details else 0))
             stage = "exploit"
             if not verdict.rejected:
-                verdict = await filters.judge_check(node, source_of(task), ctx.target, "dafny", ctx.agent.backend,
+                verdict = await filters.judge_check(node, source_of(task), deps.target, "dafny", deps.ctx.backend,
                                                     store, votes=o.judge_votes)  # fmt: skip
                 spend.add(Spend(llm_calls=o.judge_votes))
                 stage = "judge"
@@ -231,15 +233,15 @@ async def filter_candidates(state: SuiteState, runtime: Runtime[LoopContext]) ->
                 counts[stage] += 1
                 if verdict.exploits and not exploit_found:
                     exploit_found = True
-                    split = filters.split_spec(node.code or "", ctx.target)
-                    pick = ctx.rng("exploit", k, task_id).choice(verdict.exploits)
+                    split = filters.split_spec(node.code or "", deps.target)
+                    pick = deps.rng("exploit", k, task_id).choice(verdict.exploits)
                     payload = {"prefix": split.prefix if split else "", "exploit": pick}
-                    await asyncio.to_thread(ctx.pools.add, CRITIC, k, task_id, [payload])
+                    await asyncio.to_thread(deps.pools.add, CRITIC, k, task_id, [payload])
                 continue
             return node.id, counts, spend
         return None, counts, spend
 
-    results = await ctx.each(pending, one)
+    results = await deps.each(pending, one)
     accepted = dict(state.get("accepted", {}))
     rejections = dict(state.get("rejections", {}))
     best = dict(state.get("best", {}))
@@ -254,21 +256,21 @@ async def filter_candidates(state: SuiteState, runtime: Runtime[LoopContext]) ->
     return {"accepted": accepted, "rejections": rejections, "best": best, "spend": spend_state["spend"]}
 
 
-async def update_pools(state: SuiteState, runtime: Runtime[LoopContext]) -> dict[str, Any]:
-    ctx = runtime.context
+async def update_pools(state: SuiteState, runtime: Runtime[Deps]) -> dict[str, Any]:
+    deps = runtime.context
     k = state["iteration"]
-    store = ctx.agent.store
+    store = deps.ctx.store
     before = set(state.get("candidates", {}))
     for task_id, node_id in sorted(state.get("accepted", {}).items()):
         if task_id not in before:
             continue  # accepted in an earlier round
         node = await asyncio.to_thread(store.get_node, node_id)
-        task = ctx.tasks[task_id]
+        task = deps.tasks[task_id]
         pair = {"source": source_of(task), "target": node.code or "", "mode": task_mode(task)}
-        await asyncio.to_thread(ctx.pools.add, SOLVED, k, task_id, [pair])
+        await asyncio.to_thread(deps.pools.add, SOLVED, k, task_id, [pair])
         found = state.get("triplets", {}).get(task_id, [])
         if found:
-            await asyncio.to_thread(ctx.pools.add, ERRORS, k, task_id, found)
+            await asyncio.to_thread(deps.pools.add, ERRORS, k, task_id, found)
     return {"iteration": k + 1, "candidates": {}, "partial": {}, "triplets": {}}
 
 
@@ -277,11 +279,9 @@ def next_round(state: SuiteState) -> str:
     return "explore" if unsolved and state["iteration"] < state["iterations"] else END
 
 
-def build_graph() -> StateGraph[SuiteState, LoopContext, SuiteState, SuiteState]:
-    """The loop's graph (uncompiled); `compile(checkpointer=...)` it with the run's saver."""
-    graph: StateGraph[SuiteState, LoopContext, SuiteState, SuiteState] = StateGraph(
-        SuiteState, context_schema=LoopContext
-    )
+def build_graph(checkpointer: BaseCheckpointSaver[str] | None = None) -> CompiledStateGraph[SuiteState, Deps]:
+    """explore -> tree -> filter -> pools, round after round; run it with `run_graph(graph, state, deps)`."""
+    graph = StateGraph(SuiteState, context_schema=Deps)
     graph.add_node("explore", explore)
     graph.add_node("tree", tree)
     graph.add_node("filter", filter_candidates)
@@ -291,4 +291,4 @@ def build_graph() -> StateGraph[SuiteState, LoopContext, SuiteState, SuiteState]
     graph.add_edge("tree", "filter")
     graph.add_edge("filter", "pools")
     graph.add_conditional_edges("pools", next_round, ["explore", END])
-    return graph
+    return graph.compile(checkpointer=checkpointer)

@@ -25,6 +25,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
 from veriloop.agents.checkpoint import thread_id
+from veriloop.agents.common import run_graph, share_passed
 from veriloop.agents.context import AgentContext
 from veriloop.agents.f2strans import prompts
 from veriloop.agents.f2strans.state import F2STransOptions, TranslationState
@@ -54,12 +55,6 @@ class Deps:
     options: F2STransOptions
     task: Task
     item: Translation
-
-
-def share_passed(result: ExecResult) -> float:
-    if result.tests:
-        return sum(test.passed for test in result.tests) / len(result.tests)
-    return 1.0 if result.passed else 0.0
 
 
 def rank(node: Node) -> tuple[bool, float, float]:
@@ -171,8 +166,8 @@ def after_check(state: TranslationState, runtime: Runtime[Deps]) -> Literal["tra
     return "translate"
 
 
-def build_graph(checkpointer: BaseCheckpointSaver[str] | None = None) -> CompiledStateGraph[Any, Any, Any, Any]:
-    """translate -> check -> (END | translate); invoke with `context=Deps(...)`."""
+def build_graph(checkpointer: BaseCheckpointSaver[str] | None = None) -> CompiledStateGraph[TranslationState, Deps]:
+    """translate -> check -> (END | translate); run it with `run_graph(graph, state, deps)`."""
     graph = StateGraph(TranslationState, context_schema=Deps)
     graph.add_node("translate", translate)
     graph.add_node("check", check)
@@ -182,9 +177,6 @@ def build_graph(checkpointer: BaseCheckpointSaver[str] | None = None) -> Compile
     return graph.compile(checkpointer=checkpointer)
 
 
-GRAPH = build_graph()
-
-
 async def run_episode(
     task: Task, ctx: AgentContext, options: F2STransOptions, checkpointer: BaseCheckpointSaver[str] | None = None
 ) -> Attempt:
@@ -192,19 +184,8 @@ async def run_episode(
     started = time.perf_counter()
     item = translation(task, options.source, options.target)
     deps = Deps(ctx=ctx, options=options, task=task, item=item)
-    final: dict[str, Any]
-    if checkpointer is None:
-        final = await GRAPH.ainvoke(initial_state(task, item), context=deps)
-    else:
-        graph = build_graph(checkpointer)
-        config: Any = {"configurable": {"thread_id": thread_id(ctx.run.id, task.id, "f2strans")}}
-        saved = await graph.aget_state(config)
-        if saved.next:
-            final = await graph.ainvoke(None, config, context=deps)
-        elif saved.values:
-            final = dict(saved.values)
-        else:
-            final = await graph.ainvoke(initial_state(task, item), config, context=deps)
+    thread = thread_id(ctx.run.id, task.id, "f2strans")
+    final = await run_graph(build_graph(checkpointer), initial_state(task, item), deps, thread=thread)
     best_id = final.get("best_node_id")
     best = await asyncio.to_thread(ctx.store.get_node, best_id) if best_id else None
     passed = best is not None and best.exec_result is not None and best.exec_result.status is ExecStatus.PASSED

@@ -30,7 +30,7 @@ from typing import Any
 from veriloop.agents.base import OnAttempt, notify
 from veriloop.agents.context import AgentContext
 from veriloop.agents.mucode import prompts
-from veriloop.agents.mucode.graph import GRAPH, ORACLE_WEIGHT, Deps, Scorer, ThreadedVerifier, initial_state, run_config
+from veriloop.agents.mucode.graph import ORACLE_WEIGHT, Deps, Scorer, ThreadedVerifier, episode
 from veriloop.agents.mucode.state import MuCodeOptions, MuCodeState
 from veriloop.config import Settings
 from veriloop.records import Attempt, Exemplar, Task
@@ -130,10 +130,7 @@ async def rollouts(
 
     async def one(task: Task, rollout: int) -> Trajectory:
         async with gate:
-            state: MuCodeState = await GRAPH.ainvoke(
-                initial_state(task, rollout), config=run_config(deps), context=deps
-            )
-            return trajectory_of(task, state, rollout, iteration)
+            return trajectory_of(task, await episode(task, deps, rollout), rollout, iteration)
 
     jobs = [one(task, rollout) for task in tasks for rollout in range(options.rollouts)]
     done: list[Trajectory] = []
