@@ -77,8 +77,9 @@ async def test_a_registered_method_runs_through_the_runner(toy: ModuleType, sett
     try:
         with TrajectoryStore.from_settings(settings) as store:
             for pick, status in (("best", "passed"), ("first", "failed")):
-                run = create_run(store, settings, agent="toy", suite="humaneval", options={"pick": pick},
-                                 task_ids=["HumanEval/53"])  # fmt: skip
+                run = create_run(
+                    store, settings, agent="toy", suite="humaneval", options={"pick": pick}, task_ids=["HumanEval/53"]
+                )
                 backend = ScriptedBackend([WRONG_ADD, RIGHT_ADD])
                 finished, [attempt] = await execute_run(settings, store, run.id, backend=backend, sandbox=sandbox)
                 assert finished.status is RunStatus.FINISHED and attempt.status == status

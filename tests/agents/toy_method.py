@@ -53,10 +53,17 @@ async def check(state: ToyState, runtime: Runtime[Deps]) -> dict[str, Any]:
     codes = [program_from_reply(deps.task, reply) for reply in state["replies"]]
     results = [await run_tests(deps.task, code, deps.ctx) for code in codes]
     nodes = [
-        Node(run_id=deps.ctx.run.id, task_id=deps.task.id, role="generate", code=code, exec_result=result,
-             score=share_passed(result), metadata={STEP_KEY: 0, "candidate": index})
+        Node(
+            run_id=deps.ctx.run.id,
+            task_id=deps.task.id,
+            role="generate",
+            code=code,
+            exec_result=result,
+            score=share_passed(result),
+            metadata={STEP_KEY: 0, "candidate": index},
+        )
         for index, (code, result) in enumerate(zip(codes, results, strict=True))
-    ]  # fmt: skip
+    ]
     deps.ctx.store.add_nodes(nodes)
     return {"node_ids": [node.id for node in nodes], "scores": [node.score or 0.0 for node in nodes]}
 

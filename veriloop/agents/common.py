@@ -53,18 +53,22 @@ async def run_graph(
     *,
     thread: str | None = None,
     recursion_limit: int | None = None,
+    max_concurrency: int | None = None,
 ) -> dict[str, Any]:
     """Run `graph` to its end with `deps` as its context and return the final state.
 
     With a checkpointer, the thread's checkpoint decides: an unfinished thread resumes where it stopped
     (its stored steps are not repeated), a finished one returns its final state without running again,
-    and only a thread with no checkpoint starts from `initial`.
+    and only a thread with no checkpoint starts from `initial`. `max_concurrency` bounds the branches of a
+    fan-out (`Send`) that run at once.
     """
     config: RunnableConfig = {}
     if thread is not None:
         config["configurable"] = {"thread_id": thread}
     if recursion_limit is not None:
         config["recursion_limit"] = recursion_limit
+    if max_concurrency is not None:
+        config["max_concurrency"] = max_concurrency
     if isinstance(graph.checkpointer, BaseCheckpointSaver):
         saved = await graph.aget_state(config)
         if saved.next:

@@ -93,10 +93,17 @@ async def _execute(
 
     name = executor_name(settings, executor)
     started = time.perf_counter()
-    with TrajectoryStore.from_settings(settings) as store, Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=Console(stderr=True), transient=True,
-    ) as progress:  # fmt: skip
+    with (
+        TrajectoryStore.from_settings(settings) as store,
+        Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        ) as progress,
+    ):
         bar = progress.add_task(f"{run.agent} on {run.suite} ({name})", total=total)
         progress.update(bar, completed=_finished_count(store, run.id))
         if name == "local":
@@ -141,8 +148,13 @@ def report_run(run: Run, attempts: Sequence[Attempt], seconds: float, as_json: b
         from rich.table import Table
 
         table = Table(title=f"{run.agent}: {run.suite} on {run.model}")
-        for column, justify in (("task", "left"), ("passed", "center"), ("score", "right"), ("tokens", "right"),
-                                ("seconds", "right")):  # fmt: skip
+        for column, justify in (
+            ("task", "left"),
+            ("passed", "center"),
+            ("score", "right"),
+            ("tokens", "right"),
+            ("seconds", "right"),
+        ):
             table.add_column(column, justify=justify)  # type: ignore[arg-type]
         for attempt in attempts:
             mark = "[green]yes[/]" if attempt.status == "passed" else "[red]no[/]"
@@ -174,8 +186,9 @@ def run_agent(
     settings = state(ctx).settings()
     executor = executor_name(settings, executor)
     with TrajectoryStore.from_settings(settings) as store:
-        run = create_run(store, settings, agent=agent, suite=suite, options=options, limit=limit,
-                         task_ids=task_ids or ())  # fmt: skip
+        run = create_run(
+            store, settings, agent=agent, suite=suite, options=options, limit=limit, task_ids=task_ids or ()
+        )
     total = len(suite_of(run, settings).tasks)
     finished, attempts, seconds = asyncio.run(_execute(settings, run, total, executor))
     report_run(finished, attempts, seconds, as_json)

@@ -78,11 +78,18 @@ def inference_messages(
     else:
         messages = []
         for pair in solved:
-            messages.append(Message(role="user", content=INFERENCE.format(
-                language=LANGUAGE[target], program=fenced(pair["source"], target))))  # fmt: skip
+            messages.append(
+                Message(
+                    role="user",
+                    content=INFERENCE.format(language=LANGUAGE[target], program=fenced(pair["source"], target)),
+                )
+            )
             messages.append(Message(role="assistant", content=fenced(pair["target"], target)))
-        messages.append(Message(role="user", content=INFERENCE.format(
-            language=LANGUAGE[target], program=fenced(task.prompt, target))))  # fmt: skip
+        messages.append(
+            Message(
+                role="user", content=INFERENCE.format(language=LANGUAGE[target], program=fenced(task.prompt, target))
+            )
+        )
     if not errors:
         return messages
     if messages[0].role == "system":
@@ -142,23 +149,43 @@ class AlphaVerusAgent(Agent[AlphaVerusOptions]):
                 problem = HintsProblem(task, verifier, scorer_for(target), [], target=target, program_text=task.prompt)
             else:
                 problem = VerifierProblem(
-                    task, verifier, scorer_for(target), inference_messages(task, target, solved, errors),
-                    target=target, history=o.history, program=lambda reply: inference_program(task, target, reply),
-                )  # fmt: skip
+                    task,
+                    verifier,
+                    scorer_for(target),
+                    inference_messages(task, target, solved, errors),
+                    target=target,
+                    history=o.history,
+                    program=lambda reply: inference_program(task, target, reply),
+                )
             hinted = isinstance(problem, HintsProblem)
             config = SearchConfig(
-                kind=o.search, width=o.width, depth=o.depth, temperature=o.temperature,
-                node_temperature=o.node_temperature, max_tokens=o.max_tokens, stop=() if hinted else (CLOSING_FENCE,),
-                seed=o.seed, verify_concurrency=o.verify_concurrency,
+                kind=o.search,
+                width=o.width,
+                depth=o.depth,
+                temperature=o.temperature,
+                node_temperature=o.node_temperature,
+                max_tokens=o.max_tokens,
+                stop=() if hinted else (CLOSING_FENCE,),
+                seed=o.seed,
+                verify_concurrency=o.verify_concurrency,
                 budget=Budget(llm_calls=o.width * o.depth, verifier_s=o.verifier_seconds),
                 constraint=problem.constraint if isinstance(problem, HintsProblem) else None,
-            )  # fmt: skip
+            )
             outcome = await run_search(
-                problem, ctx.backend, ctx.store, run_id=ctx.run.id, task_id=task.id, config=config,
+                problem,
+                ctx.backend,
+                ctx.store,
+                run_id=ctx.run.id,
+                task_id=task.id,
+                config=config,
                 search_id=search_id(ctx.run.id, task.id, "inference"),
-                metadata={"phase": "inference", "few_shot": len(solved), "error_exemplars": len(errors),
-                          "infill": "hints" if hinted else "whole"},
-            )  # fmt: skip
+                metadata={
+                    "phase": "inference",
+                    "few_shot": len(solved),
+                    "error_exemplars": len(errors),
+                    "infill": "hints" if hinted else "whole",
+                },
+            )
         finally:
             if target != "tests":
                 await verifier.aclose()
@@ -210,7 +237,8 @@ class AlphaVerusAgent(Agent[AlphaVerusOptions]):
                 initial,
                 deps,
                 thread=thread_id(ctx.run.id, "alphaverus"),
-                recursion_limit=4 * o.iterations + 10,
+                recursion_limit=6 * o.iterations + 10,
+                max_concurrency=o.concurrency,
             )
         state: SuiteState = final  # type: ignore[assignment]
         attempts = []

@@ -222,8 +222,18 @@ def build_graph(checkpointer: BaseCheckpointSaver[str] | None = None) -> Compile
 
 
 def initial_state(task: Task, rollout: int = 0) -> MuCodeState:
-    return {"task": task, "rollout": rollout, "turn": 1, "parent_id": None, "samples": [], "chosen": None,
-            "played": [], "tokens": 0, "final": None, "final_node_id": None}  # fmt: skip
+    return {
+        "task": task,
+        "rollout": rollout,
+        "turn": 1,
+        "parent_id": None,
+        "samples": [],
+        "chosen": None,
+        "played": [],
+        "tokens": 0,
+        "final": None,
+        "final_node_id": None,
+    }
 
 
 def recursion_limit(options: MuCodeOptions) -> int:
