@@ -73,4 +73,3 @@ class ReviseState(TypedDict, total=False):
     selected: int
     """Index of the trajectory whose final attempt is the answer."""
     selected_node_id: str
-    votes: dict[str, float]
