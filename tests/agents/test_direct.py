@@ -57,8 +57,9 @@ async def test_solve_stores_node_and_attempt(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_demo_cli_with_scripted_backend(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["--home", str(tmp_path), "--backend", "scripted", "demo", "--limit", "2", "--no-treefinement",
-                 "--json"])  # fmt: skip
+    code = main(
+        ["--home", str(tmp_path), "--backend", "scripted", "demo", "--limit", "2", "--no-treefinement", "--json"]
+    )
     report = json.loads(capsys.readouterr().out)
     assert code == 0
     assert report["total"] == 2 and report["passed"] == 0 and report["treefinement"] is None
@@ -78,7 +79,20 @@ def test_demo_with_the_embedded_model(tmp_path: Path, capsys: pytest.CaptureFixt
     if shutil.which("dafny") is not None:  # CI installs Dafny; the step is skipped with a note without it
         assert tree["programs"] == 2 and tree["width"] == 4 and tree["depth"] == 2
         assert tree["llm_calls"] > 0 and tree["nodes"] > 0 and tree["verifier_calls"] > 0
-    assert main(["--home", str(model_home), "--database", f"sqlite:///{tmp_path / 'demo.db'}",
-                 "runs", "show", report["run_id"], "--json"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "--home",
+                str(model_home),
+                "--database",
+                f"sqlite:///{tmp_path / 'demo.db'}",
+                "runs",
+                "show",
+                report["run_id"],
+                "--json",
+            ]
+        )
+        == 0
+    )
     shown = json.loads(capsys.readouterr().out)
     assert json.dumps(shown).count("HumanEval/") >= 5

@@ -14,11 +14,10 @@ from __future__ import annotations
 import time
 
 from veriloop.agents.base import Agent, AgentOptions
+from veriloop.agents.common import run_tests, share_passed
 from veriloop.agents.context import AgentContext
 from veriloop.llm.codeblocks import CLOSING_FENCE, extract_code
-from veriloop.records import Attempt, ExecResult, Message, Node, SamplingParams, Task
-from veriloop.sandbox import default_limits
-from veriloop.sandbox.languages import prompt_helpers, python_tests_job
+from veriloop.records import Attempt, Message, Node, SamplingParams, Task
 
 PROMPT = (
     "Complete the following Python function. Reply with the whole function, imports included, "
@@ -41,29 +40,13 @@ def program_from_reply(task: Task, reply: str) -> str:
     return code
 
 
-def share_passed(result: ExecResult) -> float:
-    """Share of tests passed; 1.0 or 0.0 when the runner reports no per-test outcomes."""
-    if result.tests:
-        return sum(outcome.passed for outcome in result.tests) / len(result.tests)
-    return 1.0 if result.passed else 0.0
-
-
-async def check(task: Task, code: str, ctx: AgentContext) -> ExecResult:
-    """Run the task's tests against `code` in the context's sandbox."""
-    job = python_tests_job(
-        ctx.sandbox.toolchain, code, task.tests, entry_point=task.entry_point, limits=default_limits(ctx.settings),
-        helpers=prompt_helpers(task.prompt, task.entry_point),
-    )  # fmt: skip
-    return await ctx.sandbox.run(job)
-
-
 async def solve(task: Task, ctx: AgentContext, params: SamplingParams = DEFAULT_PARAMS) -> Attempt:
     """Generate one program for `task`, test it, store the node and the attempt."""
     started = time.perf_counter()
     messages = prompt_messages(task)
     [[completion]] = await ctx.backend.generate([messages], params.model_copy(update={"n": 1}))
     code = program_from_reply(task, completion.text)
-    result = await check(task, code, ctx)
+    result = await run_tests(task, code, ctx)
     node = ctx.store.add_node(
         Node(
             run_id=ctx.run.id,

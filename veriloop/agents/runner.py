@@ -111,9 +111,15 @@ def create_rerun(store: TrajectoryStore, settings: Settings, run_id: str) -> tup
     settings = settings.model_copy(update={"llm": llm, "sandbox": sandbox})
     extra = {key: value for key, value in stored.items() if key not in RUN_KEYS}
     new = create_run(
-        store, settings, agent=old.agent, suite=old.suite, options=stored.get("options"), limit=stored.get("limit"),
-        task_ids=stored.get("task_ids") or (), extra={**extra, "rerun_of": old.id},
-    )  # fmt: skip
+        store,
+        settings,
+        agent=old.agent,
+        suite=old.suite,
+        options=stored.get("options"),
+        limit=stored.get("limit"),
+        task_ids=stored.get("task_ids") or (),
+        extra={**extra, "rerun_of": old.id},
+    )
     return old, new
 
 

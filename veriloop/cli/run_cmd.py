@@ -1,35 +1,63 @@
 """`veriloop run <method> ...`: one subcommand per agent, all sharing the slice options and the report.
 
-An agent's command lives in its own `run_<method>_cmd.py`, gets its flags from the method's options
-model (`cli/options.py`), and hands them to `run_agent`, which creates the run, executes it with a
-progress bar, and prints a per-task table (or JSON). `veriloop run resume RUN_ID` continues any interrupted run.
+Every registered agent gets a subcommand generated from its options model (`method_command`); a method
+that needs its own default suite, old flag spellings or report writes it in `run_<method>_cmd.py`. Either
+way the flags come from the options model (`cli/options.py`) and go to `run_agent`, which creates the run,
+executes it with a progress bar, and prints a per-task table (or JSON). `veriloop run resume RUN_ID`
+continues any interrupted run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import sys
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from veriloop.cli.app import JsonFlag, app, emit, state
+from veriloop.cli.options import option_flags
 from veriloop.config import Settings
 from veriloop.records import Attempt, Run
 
 if TYPE_CHECKING:
     from veriloop.store import TrajectoryStore
 
-run_app = typer.Typer(help="Run a method (agent) over a task suite; every step is stored.", no_args_is_help=True)
+
+class MethodGroup(TyperGroup):
+    """`veriloop run`'s subcommands: the hand-written ones, then one generated for every other registered agent.
+
+    (Contexts and commands are typed `Any`: typer ships its own copy of click, `typer._click`.)
+    """
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        from veriloop.agents.base import AGENTS
+
+        written = super().list_commands(ctx)
+        return [*written, *(name for name in AGENTS if name not in written)]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        from veriloop.agents.base import AGENTS
+
+        written = super().get_command(ctx, cmd_name)
+        if written is not None or cmd_name not in AGENTS:
+            return written
+        return method_command(cmd_name)
+
+
+run_app = typer.Typer(
+    cls=MethodGroup, help="Run a method (agent) over a task suite; every step is stored.", no_args_is_help=True
+)
 app.add_typer(run_app, name="run")
 
 LimitOption = Annotated[int | None, typer.Option("--limit", min=1, help="Solve only the first N tasks of the suite.")]
 TaskIdsOption = Annotated[
     list[str] | None, typer.Option("--task", help="Solve only this task id (repeatable); overrides the suite order.")
 ]
-ConcurrencyOption = Annotated[int, typer.Option("--concurrency", min=1, help="Tasks in flight at once.")]
 ExecutorOption = Annotated[
     str | None,
     typer.Option(
@@ -65,10 +93,17 @@ async def _execute(
 
     name = executor_name(settings, executor)
     started = time.perf_counter()
-    with TrajectoryStore.from_settings(settings) as store, Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=Console(stderr=True), transient=True,
-    ) as progress:  # fmt: skip
+    with (
+        TrajectoryStore.from_settings(settings) as store,
+        Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        ) as progress,
+    ):
         bar = progress.add_task(f"{run.agent} on {run.suite} ({name})", total=total)
         progress.update(bar, completed=_finished_count(store, run.id))
         if name == "local":
@@ -113,8 +148,13 @@ def report_run(run: Run, attempts: Sequence[Attempt], seconds: float, as_json: b
         from rich.table import Table
 
         table = Table(title=f"{run.agent}: {run.suite} on {run.model}")
-        for column, justify in (("task", "left"), ("passed", "center"), ("score", "right"), ("tokens", "right"),
-                                ("seconds", "right")):  # fmt: skip
+        for column, justify in (
+            ("task", "left"),
+            ("passed", "center"),
+            ("score", "right"),
+            ("tokens", "right"),
+            ("seconds", "right"),
+        ):
             table.add_column(column, justify=justify)  # type: ignore[arg-type]
         for attempt in attempts:
             mark = "[green]yes[/]" if attempt.status == "passed" else "[red]no[/]"
@@ -146,27 +186,37 @@ def run_agent(
     settings = state(ctx).settings()
     executor = executor_name(settings, executor)
     with TrajectoryStore.from_settings(settings) as store:
-        run = create_run(store, settings, agent=agent, suite=suite, options=options, limit=limit,
-                         task_ids=task_ids or ())  # fmt: skip
+        run = create_run(
+            store, settings, agent=agent, suite=suite, options=options, limit=limit, task_ids=task_ids or ()
+        )
     total = len(suite_of(run, settings).tasks)
     finished, attempts, seconds = asyncio.run(_execute(settings, run, total, executor))
     report_run(finished, attempts, seconds, as_json)
     return finished, attempts
 
 
-@run_app.command("direct")
-def run_direct(
-    ctx: typer.Context,
-    suite: Annotated[str, typer.Option("--suite", help="Task suite name.")] = "humaneval",
-    limit: LimitOption = None,
-    task: TaskIdsOption = None,
-    concurrency: ConcurrencyOption = 8,
-    executor: ExecutorOption = None,
-    as_json: JsonFlag = False,
-) -> None:
-    """One greedy sample per task, tested once: the single-turn baseline."""
-    run_agent(ctx, "direct", suite, {"concurrency": concurrency}, limit=limit, task_ids=task, as_json=as_json,
-              executor=executor)  # fmt: skip
+def method_command(agent: str) -> Any:
+    """`veriloop run <agent>` for a registered agent: its flags generated from its Options (`cli/options.py`),
+    the suite slice, the executor and the report; its help is the first paragraph of the agent's docstring."""
+    from veriloop.agents.base import AGENTS
+
+    method = AGENTS.load(agent)
+
+    @option_flags(method.Options)
+    def command(
+        ctx: typer.Context,
+        options: dict[str, Any],
+        suite: Annotated[str, typer.Option("--suite", help="Task suite name.")] = "humaneval",
+        limit: LimitOption = None,
+        task: TaskIdsOption = None,
+        executor: ExecutorOption = None,
+        as_json: JsonFlag = False,
+    ) -> None:
+        run_agent(ctx, agent, suite, options, limit=limit, task_ids=task, as_json=as_json, executor=executor)
+
+    single = typer.Typer(add_completion=False)
+    single.command(agent, help=(inspect.getdoc(method) or "").split("\n\n")[0])(command)
+    return typer.main.get_command(single)
 
 
 @run_app.command("resume")

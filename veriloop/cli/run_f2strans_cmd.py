@@ -57,18 +57,32 @@ def run_f2strans(
     if not ids:
         ids = [t.id for t in load_suite(suite, settings).tasks if has_direction(t, source, target)]
     with TrajectoryStore.from_settings(settings) as store:
-        run = create_run(store, settings, agent="f2strans", suite=suite, options=options, limit=limit, task_ids=ids,
-                         extra={"direction": f"{source}->{target}"})  # fmt: skip
+        run = create_run(
+            store,
+            settings,
+            agent="f2strans",
+            suite=suite,
+            options=options,
+            limit=limit,
+            task_ids=ids,
+            extra={"direction": f"{source}->{target}"},
+        )
     total = len(suite_of(run, settings).tasks)
     finished, attempts, seconds = asyncio.run(_execute(settings, run, total, executor))
     with TrajectoryStore.from_settings(settings) as store:
         summary = summarize(store, attempts)
         styles = {a.task_id: _style(store, a.best_node_id) for a in attempts}
     report = {
-        "run_id": finished.id, "agent": "f2strans", "suite": suite, "direction": f"{source}->{target}",
-        "model": finished.model, "status": finished.status.value, **summary, "seconds": round(seconds, 2),
+        "run_id": finished.id,
+        "agent": "f2strans",
+        "suite": suite,
+        "direction": f"{source}->{target}",
+        "model": finished.model,
+        "status": finished.status.value,
+        **summary,
+        "seconds": round(seconds, 2),
         "attempts": [{**a.model_dump(mode="json"), "style": styles[a.task_id]} for a in attempts],
-    }  # fmt: skip
+    }
 
     def render(_: object) -> None:
         from rich.console import Console
@@ -88,9 +102,11 @@ def run_f2strans(
             table.add_row(attempt.task_id, mark, score, "-" if style is None else f"{style:.3f}", str(attempt.tokens))
         out = Console(file=sys.stdout, soft_wrap=True)
         out.print(table)
-        out.print(f"computational accuracy {summary['passed']}/{summary['n']}"
-                  f" = {summary['computational_accuracy']}, style {summary['style']}"
-                  f" (passing only: {summary['style_passing']}) in {seconds:.1f} s")  # fmt: skip
+        out.print(
+            f"computational accuracy {summary['passed']}/{summary['n']}"
+            f" = {summary['computational_accuracy']}, style {summary['style']}"
+            f" (passing only: {summary['style_passing']}) in {seconds:.1f} s"
+        )
         out.print(f"run id: {finished.id}  (details: veriloop runs show {finished.id})")
 
     emit(report, as_json, render)

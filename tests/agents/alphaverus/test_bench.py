@@ -17,8 +17,20 @@ from veriloop.search import SEARCHES
 @pytest.mark.dafny
 def test_bench_reports_every_search_of_both_settings(tmp_path: Path) -> None:
     settings = load_settings(paths={"home": tmp_path, "data_dir": None}, llm={"backend": "scripted"})
-    argv = ["--dafny-tasks", "1", "--humaneval-tasks", "1", "--width", "2", "--depth", "1", "--exploit-samples", "1",
-            "--judge-votes", "1"]  # fmt: skip
+    argv = [
+        "--dafny-tasks",
+        "1",
+        "--humaneval-tasks",
+        "1",
+        "--width",
+        "2",
+        "--depth",
+        "1",
+        "--exploit-samples",
+        "1",
+        "--judge-votes",
+        "1",
+    ]
     report = alphaverus.main(settings, argv)
     for setting in ("dafny_hints", "humaneval_tests"):
         assert set(report[setting]) == set(SEARCHES)

@@ -31,9 +31,31 @@ def test_run_alphaverus_cli_with_a_scripted_model(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("VERILOOP_PATHS__DATA_DIR", raising=False)  # the bundled subset: no first-load scan
-    code = main(["--home", str(tmp_path), "--backend", "scripted", "run", "alphaverus", "--target", "dafny",
-                 "--limit", "1", "--explore", "2", "--width", "2", "--depth", "1", "--exploit-samples", "1",
-                 "--judge-votes", "1", "--json"])  # fmt: skip
+    code = main(
+        [
+            "--home",
+            str(tmp_path),
+            "--backend",
+            "scripted",
+            "run",
+            "alphaverus",
+            "--target",
+            "dafny",
+            "--limit",
+            "1",
+            "--explore",
+            "2",
+            "--width",
+            "2",
+            "--depth",
+            "1",
+            "--exploit-samples",
+            "1",
+            "--judge-votes",
+            "1",
+            "--json",
+        ]
+    )
     report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["agent"] == "alphaverus" and report["suite"] == "dafnybench-hints"
     [attempt] = report["attempts"]

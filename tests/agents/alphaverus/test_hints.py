@@ -63,8 +63,15 @@ def test_refinement_names_the_failing_hint() -> None:
     line = next(i for i, text in enumerate(code.splitlines(), 1) if "s == i" in text)
     diagnostic = Diagnostic(severity="error", line=line, message="this loop invariant could not be proved on entry")
     result = VerifyResult(status=VerifyStatus.FAILED, tool="dafny", verified=0, errors=1, diagnostics=[diagnostic])
-    node = Node(run_id="r", task_id="t", code=code, verify_result=result, score=0.0,
-                completion=Completion(text=EXAMPLE_HINTS), metadata={"feedback": "dafny: failed"})  # fmt: skip
+    node = Node(
+        run_id="r",
+        task_id="t",
+        code=code,
+        verify_result=result,
+        score=0.0,
+        completion=Completion(text=EXAMPLE_HINTS),
+        metadata={"feedback": "dafny: failed"},
+    )
     turn = problem.refine_messages([node])[-1].content
     assert "`invariant s == i * (i + 1) / 2`: this loop invariant could not be proved on entry" in turn
     assert "keep the invariants that held" in turn

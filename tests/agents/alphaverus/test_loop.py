@@ -59,8 +59,14 @@ def scripted(prompt: Prompt) -> str:
 
 
 def hints_task(name: str, program: str) -> Task:
-    return Task(id=name, suite="unit-hints", prompt=program, language="dafny", spec=program,
-                metadata={"mode": "hints", "verifier": "dafny"})  # fmt: skip
+    return Task(
+        id=name,
+        suite="unit-hints",
+        prompt=program,
+        language="dafny",
+        spec=program,
+        metadata={"mode": "hints", "verifier": "dafny"},
+    )
 
 
 @pytest.mark.dafny
@@ -175,8 +181,13 @@ async def test_a_dafny_to_nagini_round_with_the_real_nagini(tmp_path: Path) -> N
     run = store.create_run(Run(agent="alphaverus", suite="unit-nagini", model="scripted"))
     sandbox = get_sandbox(settings)
     ctx = AgentContext(settings, ScriptedBackend([reply]), sandbox, store, run)
-    task = Task(id="abs", suite="unit-nagini", prompt=DAFNY_ABS, language="python",
-                metadata={"mode": "translate", "verifier": "nagini", "source": DAFNY_ABS})  # fmt: skip
+    task = Task(
+        id="abs",
+        suite="unit-nagini",
+        prompt=DAFNY_ABS,
+        language="python",
+        metadata={"mode": "translate", "verifier": "nagini", "source": DAFNY_ABS},
+    )
     options = AlphaVerusOptions(infill="whole", explore_samples=1, exploit_samples=1, judge_votes=1)
     try:
         [attempt] = await AlphaVerusAgent(options).run_suite([task], ctx)
@@ -212,8 +223,9 @@ async def test_an_interrupted_loop_resumes_from_its_checkpoint(tmp_path: Path) -
     tasks = [hints_task("sum", SUM_NO_HINTS)]
     try:
         with pytest.raises(BackendError):
-            await AlphaVerusAgent(options).run_suite(tasks, AgentContext(settings, ScriptedBackend([dies_at_the_judge]),
-                                                                         sandbox, store, run))  # fmt: skip
+            await AlphaVerusAgent(options).run_suite(
+                tasks, AgentContext(settings, ScriptedBackend([dies_at_the_judge]), sandbox, store, run)
+            )
         searched = len([n for n in store.get_tree(run.id, "sum") if "search_id" in n.metadata])
         second = ScriptedBackend([scripted])
         [attempt] = await AlphaVerusAgent(options).run_suite(tasks, AgentContext(settings, second, sandbox, store, run))
@@ -234,8 +246,11 @@ async def test_inference_shows_only_error_exemplars_whose_fix_left_the_spec_alon
     store = TrajectoryStore.from_settings(settings)
     earlier = store.create_run(Run(agent="alphaverus", suite="unit-hints", model="scripted"))
     body_fix = {"bad": SUM_NO_HINTS, "error": "a postcondition might not hold", "good": SUM_FIXED}
-    spec_edit = {"bad": SUM_NO_HINTS, "error": "a postcondition might not hold",
-                 "good": SUM_NO_HINTS.replace("ensures s == Tri(n)", "ensures s >= 0")}  # fmt: skip
+    spec_edit = {
+        "bad": SUM_NO_HINTS,
+        "error": "a postcondition might not hold",
+        "good": SUM_NO_HINTS.replace("ensures s == Tri(n)", "ensures s >= 0"),
+    }
     Pools(store, "dafny", earlier.id).add(ERRORS, 0, "another-program", [body_fix, spec_edit])
     run = store.create_run(Run(agent="alphaverus", suite="unit-hints", model="scripted"))
     sandbox = get_sandbox(settings)

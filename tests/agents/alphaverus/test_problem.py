@@ -35,7 +35,10 @@ def test_a_bare_reply_is_cut_to_its_declarations() -> None:
 
 def test_feedback_lists_the_diagnostics() -> None:
     result = VerifyResult(
-        status=VerifyStatus.FAILED, verified=1, errors=1, tool="dafny",
+        status=VerifyStatus.FAILED,
+        verified=1,
+        errors=1,
+        tool="dafny",
         diagnostics=[Diagnostic(severity="error", message="A postcondition might not hold.", line=8)],
-    )  # fmt: skip
+    )
     assert feedback(result) == "dafny: failed (1 verified, 1 errors)\nline 8: error: A postcondition might not hold."

@@ -28,11 +28,19 @@ async def test_one_round_on_two_dafnybench_programs(model_home: Path, tmp_path: 
     )
     suite = load_suite("dafnybench-hints", settings)
     chosen = [task.id for task in sorted(suite.tasks, key=lambda task: len(task.prompt))[:2]]
-    options = {"iterations": 1, "explore_samples": 2, "width": 2, "depth": 1, "exploit_samples": 1,
-               "judge_votes": 1, "max_tokens": 192}  # fmt: skip
+    options = {
+        "iterations": 1,
+        "explore_samples": 2,
+        "width": 2,
+        "depth": 1,
+        "exploit_samples": 1,
+        "judge_votes": 1,
+        "max_tokens": 192,
+    }
     with TrajectoryStore.from_settings(settings) as store:
-        run = create_run(store, settings, agent="alphaverus", suite="dafnybench-hints", options=options,
-                         task_ids=chosen)  # fmt: skip
+        run = create_run(
+            store, settings, agent="alphaverus", suite="dafnybench-hints", options=options, task_ids=chosen
+        )
         finished, attempts = await execute_run(settings, store, run.id)
         assert finished.status is RunStatus.FINISHED and [a.task_id for a in attempts] == chosen
         for attempt in attempts:

@@ -141,8 +141,25 @@ def test_tasks_without_the_direction_are_errors_not_crashes(settings: Settings) 
 @pytest.mark.data("transcoder_unitrans_cleaned")
 def test_cli_reports_accuracy_and_style(settings: Settings, capsys: pytest.CaptureFixture[str]) -> None:
     home = str(settings.paths.home)
-    code = main(["--home", home, "--backend", "scripted", "run", "f2strans", "--from", "cpp", "--to", "python",
-                 "--limit", "2", "--turns", "1", "--json"])  # fmt: skip
+    code = main(
+        [
+            "--home",
+            home,
+            "--backend",
+            "scripted",
+            "run",
+            "f2strans",
+            "--from",
+            "cpp",
+            "--to",
+            "python",
+            "--limit",
+            "2",
+            "--turns",
+            "1",
+            "--json",
+        ]
+    )
     report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["direction"] == "cpp->python" and report["n"] == 2
     assert report["computational_accuracy"] == 0.0 and 0.0 <= report["style"] <= 1.0
@@ -159,9 +176,36 @@ def test_cli_train_runs_a_functional_and_style_round(
 ) -> None:
     folder = tiny_model_folder(tmp_path / "tiny")
     home = str(settings.paths.home)
-    code = main(["--home", home, "--model", str(folder), "run", "f2strans", "--from", "cpp", "--to", "python",
-                 "--limit", "2", "--turns", "1", "--samples", "2", "--temperature", "0.8", "--max-tokens", "24",
-                 "--train", "--sft-steps", "1", "--dpo-steps", "1", "--json"])  # fmt: skip
+    code = main(
+        [
+            "--home",
+            home,
+            "--model",
+            str(folder),
+            "run",
+            "f2strans",
+            "--from",
+            "cpp",
+            "--to",
+            "python",
+            "--limit",
+            "2",
+            "--turns",
+            "1",
+            "--samples",
+            "2",
+            "--temperature",
+            "0.8",
+            "--max-tokens",
+            "24",
+            "--train",
+            "--sft-steps",
+            "1",
+            "--dpo-steps",
+            "1",
+            "--json",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0 and json.loads(captured.out)["n"] == 2
     # the references are SFT rows; the tiny model's failing samples lose to them in the style pairs
@@ -199,8 +243,9 @@ def test_real_model_translates_three_functions(tmp_path: Path, model_settings: S
         "transcoder/CHECK_WHETHER_GIVEN_NUMBER_EVEN_ODD",
     ]
     with TrajectoryStore.from_settings(settings) as store:
-        run = create_run(store, settings, agent="f2strans", suite="transcoder", task_ids=ids,
-                         options={"turns": 2, "max_tokens": 160})  # fmt: skip
+        run = create_run(
+            store, settings, agent="f2strans", suite="transcoder", task_ids=ids, options={"turns": 2, "max_tokens": 160}
+        )
         _, attempts = asyncio.run(execute_run(settings, store, run.id))
         assert [a.status in ("passed", "failed") for a in attempts] == [True, True, True]
         assert all(a.tokens > 0 for a in attempts)
@@ -211,8 +256,9 @@ def test_real_model_translates_three_functions(tmp_path: Path, model_settings: S
     sft = functional_rows(tasks, "cpp", "python", nodes)
     pairs = style_rows(tasks, "cpp", "python", nodes)
     assert len(sft) >= 3
-    report = train_round(settings, sft, pairs, tmp_path / "round", RoundSpec(sft_steps=1, dpo_steps=1, batch_size=2,
-                                                                               max_length=192))  # fmt: skip
+    report = train_round(
+        settings, sft, pairs, tmp_path / "round", RoundSpec(sft_steps=1, dpo_steps=1, batch_size=2, max_length=192)
+    )
     assert report["model"].startswith("checkpoint:") and report["sft"]["steps"] == 1
 
 

@@ -17,8 +17,20 @@ LITERAL = "def addOne(x):\n    return -(~x);\n"
 def test_tokens_ignore_layout_and_comments() -> None:
     assert tokens("def f ( x ) :  # note\n    return x\n", "python") == ["def", "f", "(", "x", ")", ":", "return", "x"]
     assert tokens("int f(int x) { /* c */ return x >= 1; } // end", "cpp") == [
-        "int", "f", "(", "int", "x", ")", "{", "return", "x", ">=", "1", ";", "}",
-    ]  # fmt: skip
+        "int",
+        "f",
+        "(",
+        "int",
+        "x",
+        ")",
+        "{",
+        "return",
+        "x",
+        ">=",
+        "1",
+        ";",
+        "}",
+    ]
     assert tokens("def f(:\n  'unterminated", "python")[:2] == ["def", "f"]
 
 
@@ -50,9 +62,11 @@ def test_ruff_findings_lower_the_score() -> None:
 def test_compiler_warnings_count_as_findings(language: str, tool: str) -> None:
     if shutil.which(tool) is None:
         pytest.skip(f"{tool} is not installed")
-    body = "int f(int x) { int unused; return x; }" if language != "java" else (
-        "static int f(int x) { List raw = new ArrayList(); raw.add(x); return x; }"
-    )  # fmt: skip
+    body = (
+        "int f(int x) { int unused; return x; }"
+        if language != "java"
+        else ("static int f(int x) { List raw = new ArrayList(); raw.add(x); return x; }")
+    )
     clean = "int f(int x) { return x; }" if language != "java" else "static int f(int x) { return x; }"
     linter, findings = lint(body, language) or ("", 0)
     assert linter == tool and findings >= 1  # unused variable; raw types and unchecked calls for javac

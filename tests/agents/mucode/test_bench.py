@@ -15,8 +15,21 @@ from veriloop.store import TrajectoryStore
 def test_bench_reports_every_key_with_a_scripted_model(tmp_path: Path) -> None:
     settings = load_settings(paths={"home": tmp_path}, llm={"backend": "scripted"})
     partial = tmp_path / "partial.json"
-    result = mucode.main(settings, ["--tasks", "2", "--train-suite", "humaneval-train", "--train-tasks", "2",
-                                    "--rollouts", "1", "--partial", str(partial)])  # fmt: skip
+    result = mucode.main(
+        settings,
+        [
+            "--tasks",
+            "2",
+            "--train-suite",
+            "humaneval-train",
+            "--train-tasks",
+            "2",
+            "--rollouts",
+            "1",
+            "--partial",
+            str(partial),
+        ],
+    )
     assert set(result["pass_at_1"]) == set(mucode.KEYS) and result["n_tasks"] == 2
     # echoed prompts never pass, so no verifier can be trained: its rules are reported as errors, not as zeros
     assert result["pass_at_1"]["bon_lv"] is None and "no verifier" in result["errors"]["bon_lv"]

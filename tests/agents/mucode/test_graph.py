@@ -153,8 +153,14 @@ async def test_verifier_rules(settings: Settings, rule: str, status: str) -> Non
 
 
 def test_prompts_show_mbpp_tests_once() -> None:
-    task = Task(id="MBPP/1", suite="mbpp", prompt="Write add.\n\nassert add(1, 2) == 3\n", entry_point="add",
-                tests="assert add(1, 2) == 3\n", public_tests="assert add(1, 2) == 3\n")  # fmt: skip
+    task = Task(
+        id="MBPP/1",
+        suite="mbpp",
+        prompt="Write add.\n\nassert add(1, 2) == 3\n",
+        entry_point="add",
+        tests="assert add(1, 2) == 3\n",
+        public_tests="assert add(1, 2) == 3\n",
+    )
     text = prompts.first_turn(task).content
     assert text.count("assert add(1, 2) == 3") == 1 and "```python\nWrite" not in text
     assert prompt_text([prompts.first_turn(task)]) == text
@@ -171,8 +177,13 @@ def test_run_mucode_cli_with_scripted_backend(tmp_path: Path, capsys: pytest.Cap
 
 
 def test_deps_carry_the_context(settings: Settings) -> None:
-    ctx = AgentContext(settings, ScriptedBackend(), get_sandbox(settings), TrajectoryStore.from_settings(settings),
-                       Run(agent="mucode", suite="humaneval", model="scripted"))  # fmt: skip
+    ctx = AgentContext(
+        settings,
+        ScriptedBackend(),
+        get_sandbox(settings),
+        TrajectoryStore.from_settings(settings),
+        Run(agent="mucode", suite="humaneval", model="scripted"),
+    )
     assert Deps(ctx=ctx, options=MuCodeOptions()).verifier is None
     ctx.store.close()
 

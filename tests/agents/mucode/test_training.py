@@ -98,13 +98,21 @@ async def test_one_training_round_trains_registers_and_resumes(tmp_path: Path, m
     )
     replies = iter([f"```python\n{GOOD}\n```", f"```python\n{BAD}\n```"] * 50)
     backend = ScriptedBackend([lambda _prompt: next(replies)], model=settings.llm.model)
-    options = {"train": True, "rollouts": 2, "turns": 2, "verifier_steps": 2, "sft_steps": 2, "pairs_per_task": 4,
-               "train_max_length": 256}  # fmt: skip
+    options = {
+        "train": True,
+        "rollouts": 2,
+        "turns": 2,
+        "verifier_steps": 2,
+        "sft_steps": 2,
+        "pairs_per_task": 4,
+        "train_max_length": 256,
+    }
     sandbox = get_sandbox(settings)
     try:
         with TrajectoryStore.from_settings(settings) as store:
-            run = create_run(store, settings, agent="mucode", suite="humaneval", options=options,
-                             task_ids=["HumanEval/53"])  # fmt: skip
+            run = create_run(
+                store, settings, agent="mucode", suite="humaneval", options=options, task_ids=["HumanEval/53"]
+            )
             _, attempts = await execute_run(settings, store, run.id, backend=backend, sandbox=sandbox)
             [record] = store.list_exemplars(kind=ITERATION_KIND)
             assert attempts[0].status == "passed"
@@ -113,8 +121,9 @@ async def test_one_training_round_trains_registers_and_resumes(tmp_path: Path, m
             assert payload["metrics"]["pairs"] == 4 and payload["metrics"]["sft_rows"] >= 1
             assert {model.method for model in store.list_models()} == {"rm", "sft"}
             assert store.get_tree(run.id, "HumanEval/53")  # rollouts are stored as nodes
-            again = create_run(store, settings, agent="mucode", suite="humaneval", options=options,
-                               task_ids=["HumanEval/53"])  # fmt: skip
+            again = create_run(
+                store, settings, agent="mucode", suite="humaneval", options=options, task_ids=["HumanEval/53"]
+            )
             seen = len(backend.requests)
             await execute_run(settings, store, again.id, backend=backend, sandbox=sandbox)
             assert len(backend.requests) == seen  # the finished round is skipped, not rolled out again

@@ -17,9 +17,33 @@ from veriloop.testing import tiny_model_folder
 def test_run_revise_train_registers_both_stages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = tiny_model_folder(tmp_path / "tiny")
     home = tmp_path / "home"
-    code = main(["--home", str(home), "--model", str(folder), "run", "revise", "--suite", "humaneval",
-                 "--task", "HumanEval/23", "--task", "HumanEval/28", "--samples", "2", "--refinements", "1",
-                 "--max-tokens", "16", "--train", "--stage-steps", "1", "1", "--json"])  # fmt: skip
+    code = main(
+        [
+            "--home",
+            str(home),
+            "--model",
+            str(folder),
+            "run",
+            "revise",
+            "--suite",
+            "humaneval",
+            "--task",
+            "HumanEval/23",
+            "--task",
+            "HumanEval/28",
+            "--samples",
+            "2",
+            "--refinements",
+            "1",
+            "--max-tokens",
+            "16",
+            "--train",
+            "--stage-steps",
+            "1",
+            "1",
+            "--json",
+        ]
+    )
     captured = capsys.readouterr()
     report = json.loads(captured.out)
     assert code == 0 and report["status"] == "finished" and report["total"] == 2
@@ -53,8 +77,14 @@ async def test_a_run_created_like_the_api_does_gets_the_model_with_decision_toke
 
     settings = load_settings(paths={"home": tmp_path / "home"}, llm={"model": str(tiny_model_folder(tmp_path / "t"))})
     with TrajectoryStore.from_settings(settings) as store:
-        run = create_run(store, settings, agent="revise", suite="humaneval", options={"samples": 1, "max_tokens": 16},
-                         task_ids=["HumanEval/23"])  # fmt: skip
+        run = create_run(
+            store,
+            settings,
+            agent="revise",
+            suite="humaneval",
+            options={"samples": 1, "max_tokens": 16},
+            task_ids=["HumanEval/23"],
+        )
         assert "/checkpoints/tokens-" in run.model  # the prepared copy, recorded on the run
         finished, [attempt] = await execute_run(settings, store, run.id)  # the base model in settings: run's wins
         decisions = [node for node in store.get_tree(run.id, "HumanEval/23") if node.role == "verify"]

@@ -134,8 +134,11 @@ async def test_the_refinement_limit_caps_every_trajectory(settings: Settings, ta
     assert attempt.status == "failed"
     verify = [node for node in store.get_tree(run.id, task.id) if node.role == "verify"]
     assert sorted((node.metadata["turn"], node.metadata["decision"]) for node in verify) == [
-        (0, REFINE_TOKEN), (0, REFINE_TOKEN), (1, EOS_TOKEN), (1, EOS_TOKEN)
-    ]  # fmt: skip
+        (0, REFINE_TOKEN),
+        (0, REFINE_TOKEN),
+        (1, EOS_TOKEN),
+        (1, EOS_TOKEN),
+    ]
 
 
 async def test_a_finished_thread_is_not_solved_again(settings: Settings, task: Task, env: Env) -> None:

@@ -21,9 +21,29 @@ def test_run_revise_with_the_embedded_model(
     tmp_path: Path, model_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     database = f"sqlite:///{tmp_path / 'revise.db'}"
-    code = main(["--home", str(model_home), "--database", database, "run", "revise", "--suite", "humaneval",
-                 "--task", "HumanEval/23", "--task", "HumanEval/28", "--task", "HumanEval/0",
-                 "--samples", "2", "--max-tokens", "96", "--json"])  # fmt: skip
+    code = main(
+        [
+            "--home",
+            str(model_home),
+            "--database",
+            database,
+            "run",
+            "revise",
+            "--suite",
+            "humaneval",
+            "--task",
+            "HumanEval/23",
+            "--task",
+            "HumanEval/28",
+            "--task",
+            "HumanEval/0",
+            "--samples",
+            "2",
+            "--max-tokens",
+            "96",
+            "--json",
+        ]
+    )
     report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["status"] == "finished" and report["total"] == 3
     assert "/checkpoints/tokens-" in report["model"]  # the prepared copy with the decision tokens
@@ -51,9 +71,33 @@ def test_run_revise_train_with_the_embedded_model(
     tmp_path: Path, model_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     database = f"sqlite:///{tmp_path / 'revise-train.db'}"
-    code = main(["--home", str(model_home), "--database", database, "run", "revise", "--suite", "humaneval-train",
-                 "--task", "HumanEval/82", "--task", "HumanEval/85", "--samples", "2", "--refinements", "1",
-                 "--max-tokens", "64", "--train", "--stage-steps", "1", "1", "--json"])  # fmt: skip
+    code = main(
+        [
+            "--home",
+            str(model_home),
+            "--database",
+            database,
+            "run",
+            "revise",
+            "--suite",
+            "humaneval-train",
+            "--task",
+            "HumanEval/82",
+            "--task",
+            "HumanEval/85",
+            "--samples",
+            "2",
+            "--refinements",
+            "1",
+            "--max-tokens",
+            "64",
+            "--train",
+            "--stage-steps",
+            "1",
+            "1",
+            "--json",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0 and json.loads(captured.out)["total"] == 2
     ids = [line.rsplit("checkpoint:", 1)[1] for line in captured.err.splitlines() if line.startswith("stage")]

@@ -34,8 +34,10 @@ def test_tokens_are_added_and_the_embedding_resized() -> None:
     assert weight.shape[0] == before + 2 and model.get_output_embeddings().weight.shape[0] == before + 2
     assert torch.equal(weight[ids["[eos]"]], weight[tokenizer.eos_token_id])
     assert torch.allclose(weight[ids["[refine]"]], weight[wrong_ids].mean(dim=0))
-    assert torch.allclose(model.get_output_embeddings().weight[ids["[refine]"]],
-                          model.get_output_embeddings().weight[wrong_ids].mean(dim=0))  # fmt: skip
+    assert torch.allclose(
+        model.get_output_embeddings().weight[ids["[refine]"]],
+        model.get_output_embeddings().weight[wrong_ids].mean(dim=0),
+    )
     assert tokenizer.tokenize("ab[refine]c") == ["a", "b", "[refine]", "c"]  # one token, never split
     assert add_special_tokens(model, tokenizer, {"[eos]": ("x",)}) == {"[eos]": ids["[eos]"]}  # already there
     assert len(tokenizer) == before + 2
@@ -82,9 +84,18 @@ def test_a_stage_trains_the_decision_and_registers_the_checkpoint(tmp_path: Path
     ]
     data = write_rows(rows, tmp_path / "rows.jsonl", "jsonl")
     spec = TrainSpec(
-        method="revise-stage1", data=data, out=tmp_path / "out", model=str(folder), lora=True, lora_rank=4,
-        steps=3, batch_size=2, learning_rate=1e-2, save_every=3, options={"train_tokens": list(DECISION_TOKENS)},
-    )  # fmt: skip
+        method="revise-stage1",
+        data=data,
+        out=tmp_path / "out",
+        model=str(folder),
+        lora=True,
+        lora_rank=4,
+        steps=3,
+        batch_size=2,
+        learning_rate=1e-2,
+        save_every=3,
+        options={"train_tokens": list(DECISION_TOKENS)},
+    )
     result = train_sft_dpo(spec, settings)
     assert result.model_id is not None and result.steps == 3
     assert result.metrics["loss_last"] < result.metrics["loss_first"]

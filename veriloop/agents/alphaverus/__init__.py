@@ -15,13 +15,14 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 from veriloop.agents.alphaverus.filters import edits_spec
-from veriloop.agents.alphaverus.graph import LoopContext, build_graph, search_id, task_mode
+from veriloop.agents.alphaverus.graph import Deps, build_graph, search_id, task_mode
 from veriloop.agents.alphaverus.hints import HintsProblem, hint_slots
 from veriloop.agents.alphaverus.pools import ERRORS, SOLVED, Pools
 from veriloop.agents.alphaverus.problem import VerifierProblem, program_text
 from veriloop.agents.alphaverus.prompts import LANGUAGE, explore_messages, fenced, render_errors
 from veriloop.agents.alphaverus.state import AlphaVerusOptions, SuiteState
 from veriloop.agents.base import Agent, OnAttempt, notify
+from veriloop.agents.common import run_graph
 from veriloop.agents.context import AgentContext
 from veriloop.errors import ConfigError
 from veriloop.llm.codeblocks import CLOSING_FENCE
@@ -77,11 +78,18 @@ def inference_messages(
     else:
         messages = []
         for pair in solved:
-            messages.append(Message(role="user", content=INFERENCE.format(
-                language=LANGUAGE[target], program=fenced(pair["source"], target))))  # fmt: skip
+            messages.append(
+                Message(
+                    role="user",
+                    content=INFERENCE.format(language=LANGUAGE[target], program=fenced(pair["source"], target)),
+                )
+            )
             messages.append(Message(role="assistant", content=fenced(pair["target"], target)))
-        messages.append(Message(role="user", content=INFERENCE.format(
-            language=LANGUAGE[target], program=fenced(task.prompt, target))))  # fmt: skip
+        messages.append(
+            Message(
+                role="user", content=INFERENCE.format(language=LANGUAGE[target], program=fenced(task.prompt, target))
+            )
+        )
     if not errors:
         return messages
     if messages[0].role == "system":
@@ -141,23 +149,43 @@ class AlphaVerusAgent(Agent[AlphaVerusOptions]):
                 problem = HintsProblem(task, verifier, scorer_for(target), [], target=target, program_text=task.prompt)
             else:
                 problem = VerifierProblem(
-                    task, verifier, scorer_for(target), inference_messages(task, target, solved, errors),
-                    target=target, history=o.history, program=lambda reply: inference_program(task, target, reply),
-                )  # fmt: skip
+                    task,
+                    verifier,
+                    scorer_for(target),
+                    inference_messages(task, target, solved, errors),
+                    target=target,
+                    history=o.history,
+                    program=lambda reply: inference_program(task, target, reply),
+                )
             hinted = isinstance(problem, HintsProblem)
             config = SearchConfig(
-                kind=o.search, width=o.width, depth=o.depth, temperature=o.temperature,
-                node_temperature=o.node_temperature, max_tokens=o.max_tokens, stop=() if hinted else (CLOSING_FENCE,),
-                seed=o.seed, verify_concurrency=o.verify_concurrency,
+                kind=o.search,
+                width=o.width,
+                depth=o.depth,
+                temperature=o.temperature,
+                node_temperature=o.node_temperature,
+                max_tokens=o.max_tokens,
+                stop=() if hinted else (CLOSING_FENCE,),
+                seed=o.seed,
+                verify_concurrency=o.verify_concurrency,
                 budget=Budget(llm_calls=o.width * o.depth, verifier_s=o.verifier_seconds),
                 constraint=problem.constraint if isinstance(problem, HintsProblem) else None,
-            )  # fmt: skip
+            )
             outcome = await run_search(
-                problem, ctx.backend, ctx.store, run_id=ctx.run.id, task_id=task.id, config=config,
+                problem,
+                ctx.backend,
+                ctx.store,
+                run_id=ctx.run.id,
+                task_id=task.id,
+                config=config,
                 search_id=search_id(ctx.run.id, task.id, "inference"),
-                metadata={"phase": "inference", "few_shot": len(solved), "error_exemplars": len(errors),
-                          "infill": "hints" if hinted else "whole"},
-            )  # fmt: skip
+                metadata={
+                    "phase": "inference",
+                    "few_shot": len(solved),
+                    "error_exemplars": len(errors),
+                    "infill": "hints" if hinted else "whole",
+                },
+            )
         finally:
             if target != "tests":
                 await verifier.aclose()
@@ -193,24 +221,25 @@ class AlphaVerusAgent(Agent[AlphaVerusOptions]):
             bare = make_verifier(target, ctx, guard=False)
             stack.push_async_callback(verifier.aclose)
             stack.push_async_callback(bare.aclose)
-            loop = LoopContext(
-                agent=ctx, options=o, tasks={task.id: task for task in tasks}, target=target, verifier=verifier,
-                bare=bare, pools=Pools(ctx.store, target, ctx.run.id),
-            )  # fmt: skip
+            deps = Deps(
+                ctx=ctx,
+                options=o,
+                tasks={task.id: task for task in tasks},
+                target=target,
+                verifier=verifier,
+                bare=bare,
+                pools=Pools(ctx.store, target, ctx.run.id),
+            )
             saver = await stack.enter_async_context(open_checkpointer(ctx.settings))
-            graph = build_graph().compile(checkpointer=saver)
-            config: Any = {
-                "configurable": {"thread_id": thread_id(ctx.run.id, "alphaverus")},
-                "recursion_limit": 4 * o.iterations + 10,
-            }
-            snapshot = await graph.aget_state(config)
-            if snapshot.next:
-                final = await graph.ainvoke(None, config, context=loop)
-            elif snapshot.values:
-                final = snapshot.values
-            else:
-                initial: SuiteState = {"iteration": 0, "iterations": o.iterations, "task_ids": [t.id for t in tasks]}
-                final = await graph.ainvoke(initial, config, context=loop)
+            initial: SuiteState = {"iteration": 0, "iterations": o.iterations, "task_ids": [t.id for t in tasks]}
+            final = await run_graph(
+                build_graph(saver),
+                initial,
+                deps,
+                thread=thread_id(ctx.run.id, "alphaverus"),
+                recursion_limit=6 * o.iterations + 10,
+                max_concurrency=o.concurrency,
+            )
         state: SuiteState = final  # type: ignore[assignment]
         attempts = []
         for task in tasks:

@@ -43,11 +43,18 @@ async def treefinement_demo(
     store.upsert_tasks(tasks)
     run = store.create_run(
         Run(
-            agent="alphaverus", suite=SUITE, model=backend.model_id, status=RunStatus.RUNNING,
-            settings={"options": options.model_dump(mode="json"), "task_ids": [task.id for task in tasks],
-                      "suite_version": suite.version, "demo": True},
+            agent="alphaverus",
+            suite=SUITE,
+            model=backend.model_id,
+            status=RunStatus.RUNNING,
+            settings={
+                "options": options.model_dump(mode="json"),
+                "task_ids": [task.id for task in tasks],
+                "suite_version": suite.version,
+                "demo": True,
+            },
         )
-    )  # fmt: skip
+    )
     ctx = AgentContext(settings=settings, backend=backend, sandbox=sandbox, store=store, run=run)
     agent = AlphaVerusAgent(options)
     started = time.perf_counter()

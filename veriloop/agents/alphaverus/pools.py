@@ -62,9 +62,13 @@ class Pools:
         return self.store.add_exemplars(
             [
                 Exemplar(
-                    kind=kind, language=self.target, payload=dict(payload), iteration=iteration, run_id=self.run_id,
+                    kind=kind,
+                    language=self.target,
+                    payload=dict(payload),
+                    iteration=iteration,
+                    run_id=self.run_id,
                     task_id=task_id,
                 )
                 for payload in payloads
             ]
-        )  # fmt: skip
+        )

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypedDict
+from typing import Annotated, Any, Literal, TypedDict
 
 from pydantic import Field
 
 from veriloop.agents.base import AgentOptions
+from veriloop.search.budget import Spend
 from veriloop.search.engine import SearchKind
 
 Target = Literal["dafny", "nagini", "verus", "tests"]
@@ -45,23 +46,58 @@ class AlphaVerusOptions(AgentOptions):
     )
 
 
+def merge(left: dict[str, Any], right: dict[str, Any] | None) -> dict[str, Any]:
+    """Reducer of per-task maps: each task's branch writes its own keys; `None` empties the map (a new round)."""
+    return {} if right is None else {**left, **right}
+
+
+def add_counts(left: dict[str, int], right: dict[str, int]) -> dict[str, int]:
+    """Reducer of counters: every branch adds its own."""
+    return {key: left.get(key, 0) + right.get(key, 0) for key in {**left, **right}}
+
+
+def add_spend(left: dict[str, dict[str, float]], right: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Reducer of per-task budgets: a branch's spend adds to what its task spent before."""
+    total = dict(left)
+    for task_id, extra in right.items():
+        spent = Spend.from_dict(total.get(task_id, {}))
+        spent.add(Spend.from_dict(extra))
+        total[task_id] = spent.as_dict()
+    return total
+
+
 class SuiteState(TypedDict, total=False):
-    """What the loop carries from phase to phase and round to round (node ids, not nodes)."""
+    """What the loop carries from phase to phase and round to round (node ids, not nodes).
+
+    Each phase fans out over the tasks (one branch per task, `Send`); the branches write only their own
+    task's keys and the reducers join them.
+    """
 
     iteration: int
     iterations: int
     task_ids: list[str]
-    candidates: dict[str, list[str]]
+    candidates: Annotated[dict[str, list[str]], merge]
     """Solved (pre-filter) candidate node ids of this round, per task."""
-    partial: dict[str, str]
+    partial: Annotated[dict[str, str], merge]
     """Best partially verified node of this round, per unsolved task."""
-    accepted: dict[str, str]
+    accepted: Annotated[dict[str, str], merge]
     """Task -> the node that passed every filter (a task is solved once)."""
-    best: dict[str, str]
+    best: Annotated[dict[str, str], merge]
     """Task -> the best-scoring node seen so far (what an unsolved task's attempt points at)."""
-    triplets: dict[str, list[dict[str, Any]]]
+    triplets: Annotated[dict[str, list[dict[str, Any]]], merge]
     """Error triplets of this round's tree successes, kept only when their fix survives the filters."""
-    rejections: dict[str, int]
+    rejections: Annotated[dict[str, int], add_counts]
     """Candidates rejected per filter: exploit, judge."""
-    spend: dict[str, dict[str, float]]
+    spend: Annotated[dict[str, dict[str, float]], add_spend]
     """Budget spent per task (LLM calls, tokens, verifier calls and seconds, wall seconds)."""
+
+
+class Branch(TypedDict):
+    """One task's share of a phase, sent to that phase's node (`Send`)."""
+
+    branch_task: str
+    branch_round: int
+    branch_best: str | None
+    """The task's best node so far, which this branch's outcome may replace."""
+    branch_nodes: list[str]
+    """The nodes the phase starts from: tree, the partial node; filter, the solved candidates."""

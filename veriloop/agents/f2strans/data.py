@@ -79,12 +79,16 @@ def functional_rows(
             if key in seen:
                 continue
             seen.add(key)
-            rows.append({
-                "prompt": prompt_of(item),
-                "completion": [{"role": "assistant", "content": prompts.fenced(candidate.code, target)}],
-                "task_id": item.task_id, "direction": f"{source}->{target}",
-                "origin": "reference" if candidate.node_id is None else "model", "node_id": candidate.node_id,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "prompt": prompt_of(item),
+                    "completion": [{"role": "assistant", "content": prompts.fenced(candidate.code, target)}],
+                    "task_id": item.task_id,
+                    "direction": f"{source}->{target}",
+                    "origin": "reference" if candidate.node_id is None else "model",
+                    "node_id": candidate.node_id,
+                }
+            )
     return rows
 
 
@@ -115,15 +119,20 @@ def style_rows(
         for candidate in sorted(negatives, key=lambda c: (c.passed, c.style)):
             unique.setdefault(candidate.code.strip(), candidate)
         for negative in list(unique.values())[:max_pairs]:
-            rows.append({
-                "prompt": prompt_of(item),
-                "chosen": [{"role": "assistant", "content": prompts.fenced(positive.code, target)}],
-                "rejected": [{"role": "assistant", "content": prompts.fenced(negative.code, target)}],
-                "chosen_score": positive.style, "rejected_score": negative.style,
-                "chosen_node_id": positive.node_id, "rejected_node_id": negative.node_id,
-                "pair_source": "style" if negative.passed else "function",
-                "task_id": item.task_id, "direction": f"{source}->{target}",
-            })  # fmt: skip
+            rows.append(
+                {
+                    "prompt": prompt_of(item),
+                    "chosen": [{"role": "assistant", "content": prompts.fenced(positive.code, target)}],
+                    "rejected": [{"role": "assistant", "content": prompts.fenced(negative.code, target)}],
+                    "chosen_score": positive.style,
+                    "rejected_score": negative.style,
+                    "chosen_node_id": positive.node_id,
+                    "rejected_node_id": negative.node_id,
+                    "pair_source": "style" if negative.passed else "function",
+                    "task_id": item.task_id,
+                    "direction": f"{source}->{target}",
+                }
+            )
     return rows
 
 

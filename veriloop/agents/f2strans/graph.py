@@ -25,6 +25,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
 from veriloop.agents.checkpoint import thread_id
+from veriloop.agents.common import run_graph, share_passed
 from veriloop.agents.context import AgentContext
 from veriloop.agents.f2strans import prompts
 from veriloop.agents.f2strans.state import F2STransOptions, TranslationState
@@ -56,12 +57,6 @@ class Deps:
     item: Translation
 
 
-def share_passed(result: ExecResult) -> float:
-    if result.tests:
-        return sum(test.passed for test in result.tests) / len(result.tests)
-    return 1.0 if result.passed else 0.0
-
-
 def rank(node: Node) -> tuple[bool, float, float]:
     """Best first: passing, then share of tests, then style."""
     style = float(node.metadata.get("style", {}).get("score") or 0.0)
@@ -72,20 +67,33 @@ def rank(node: Node) -> tuple[bool, float, float]:
 def initial_state(task: Task, item: Translation) -> TranslationState:
     first = prompts.translate_messages(item.source_language, item.target_language, item.source, item.source_name)
     return TranslationState(
-        task_id=task.id, turn=0, messages=[m.model_dump() for m in first], pending=[], parent_id=None,
-        node_ids=[], best_node_id=None, passed=False, tokens=0,
-    )  # fmt: skip
+        task_id=task.id,
+        turn=0,
+        messages=[m.model_dump() for m in first],
+        pending=[],
+        parent_id=None,
+        node_ids=[],
+        best_node_id=None,
+        passed=False,
+        tokens=0,
+    )
 
 
 def sampling(options: F2STransOptions, turn: int) -> SamplingParams:
     """First turn: `samples` draws (sampled when there is more than one); repairs: one greedy reply."""
     if turn == 0 and options.samples > 1:
         temperature = options.temperature or 0.8
-        return SamplingParams(n=options.samples, temperature=temperature, max_tokens=options.max_tokens,
-                              stop=prompts.STOP, seed=options.seed)  # fmt: skip
+        return SamplingParams(
+            n=options.samples,
+            temperature=temperature,
+            max_tokens=options.max_tokens,
+            stop=prompts.STOP,
+            seed=options.seed,
+        )
     temperature = options.temperature if turn == 0 else 0.0
-    return SamplingParams(n=1, temperature=temperature, max_tokens=options.max_tokens, stop=prompts.STOP,
-                          seed=options.seed)  # fmt: skip
+    return SamplingParams(
+        n=1, temperature=temperature, max_tokens=options.max_tokens, stop=prompts.STOP, seed=options.seed
+    )
 
 
 async def translate(state: TranslationState, runtime: Runtime[Deps]) -> dict[str, Any]:
@@ -98,8 +106,13 @@ async def translate(state: TranslationState, runtime: Runtime[Deps]) -> dict[str
 async def evaluate(deps: Deps, code: str) -> ExecResult:
     """The candidate in the target test program's slot, compiled and run in the sandbox."""
     program = fill_slot(code, deps.item)
-    job = harness_job(deps.item.target_language, deps.ctx.sandbox.toolchain, program, deps.item.tests,
-                      limits=default_limits(deps.ctx.settings))  # fmt: skip
+    job = harness_job(
+        deps.item.target_language,
+        deps.ctx.sandbox.toolchain,
+        program,
+        deps.item.tests,
+        limits=default_limits(deps.ctx.settings),
+    )
     return await deps.ctx.sandbox.run(job)
 
 
@@ -109,10 +122,12 @@ async def check(state: TranslationState, runtime: Runtime[Deps]) -> dict[str, An
     completions = [Completion.model_validate(c) for c in state["pending"]]
     codes = [prompts.reply_code(c.text, item.target_language) for c in completions]
     results = await asyncio.gather(*[evaluate(deps, code) for code in codes])
-    styles = await asyncio.gather(*[
-        asyncio.to_thread(style_score, code, item.reference, item.target_language, use_linter=deps.options.linter)
-        for code in codes
-    ])  # fmt: skip
+    styles = await asyncio.gather(
+        *[
+            asyncio.to_thread(style_score, code, item.reference, item.target_language, use_linter=deps.options.linter)
+            for code in codes
+        ]
+    )
     messages = [Message.model_validate(m) for m in state["messages"]]
     nodes = [
         Node(
@@ -139,20 +154,36 @@ async def check(state: TranslationState, runtime: Runtime[Deps]) -> dict[str, An
     await asyncio.to_thread(store.add_nodes, nodes)
     passing = [node for node in nodes if node.exec_result is not None and node.exec_result.passed]
     if passing:
-        await asyncio.to_thread(store.add_exemplars, [
-            Exemplar(kind="translation", language=item.target_language, run_id=deps.ctx.run.id, task_id=deps.task.id,
-                     payload={"source_language": item.source_language, "source": item.source,
-                              "target_language": item.target_language, "target": node.code, "node_id": node.id,
-                              "style": node.metadata["style"]["score"]})
-            for node in passing
-        ])  # fmt: skip
+        await asyncio.to_thread(
+            store.add_exemplars,
+            [
+                Exemplar(
+                    kind="translation",
+                    language=item.target_language,
+                    run_id=deps.ctx.run.id,
+                    task_id=deps.task.id,
+                    payload={
+                        "source_language": item.source_language,
+                        "source": item.source,
+                        "target_language": item.target_language,
+                        "target": node.code,
+                        "node_id": node.id,
+                        "style": node.metadata["style"]["score"],
+                    },
+                )
+                for node in passing
+            ],
+        )
     best = max(nodes, key=rank)
     best_so_far = state.get("best_node_id")
     previous = await asyncio.to_thread(store.get_node, best_so_far) if best_so_far else None
     overall = best if previous is None or rank(best) >= rank(previous) else previous
     assert best.completion is not None and best.exec_result is not None
-    follow_up = [*messages, Message(role="assistant", content=best.completion.text),
-                 prompts.repair_message(item.target_language, best.exec_result)]  # fmt: skip
+    follow_up = [
+        *messages,
+        Message(role="assistant", content=best.completion.text),
+        prompts.repair_message(item.target_language, best.exec_result),
+    ]
     return {
         "turn": turn + 1,
         "pending": [],
@@ -171,8 +202,8 @@ def after_check(state: TranslationState, runtime: Runtime[Deps]) -> Literal["tra
     return "translate"
 
 
-def build_graph(checkpointer: BaseCheckpointSaver[str] | None = None) -> CompiledStateGraph[Any, Any, Any, Any]:
-    """translate -> check -> (END | translate); invoke with `context=Deps(...)`."""
+def build_graph(checkpointer: BaseCheckpointSaver[str] | None = None) -> CompiledStateGraph[TranslationState, Deps]:
+    """translate -> check -> (END | translate); run it with `run_graph(graph, state, deps)`."""
     graph = StateGraph(TranslationState, context_schema=Deps)
     graph.add_node("translate", translate)
     graph.add_node("check", check)
@@ -182,9 +213,6 @@ def build_graph(checkpointer: BaseCheckpointSaver[str] | None = None) -> Compile
     return graph.compile(checkpointer=checkpointer)
 
 
-GRAPH = build_graph()
-
-
 async def run_episode(
     task: Task, ctx: AgentContext, options: F2STransOptions, checkpointer: BaseCheckpointSaver[str] | None = None
 ) -> Attempt:
@@ -192,25 +220,18 @@ async def run_episode(
     started = time.perf_counter()
     item = translation(task, options.source, options.target)
     deps = Deps(ctx=ctx, options=options, task=task, item=item)
-    final: dict[str, Any]
-    if checkpointer is None:
-        final = await GRAPH.ainvoke(initial_state(task, item), context=deps)
-    else:
-        graph = build_graph(checkpointer)
-        config: Any = {"configurable": {"thread_id": thread_id(ctx.run.id, task.id, "f2strans")}}
-        saved = await graph.aget_state(config)
-        if saved.next:
-            final = await graph.ainvoke(None, config, context=deps)
-        elif saved.values:
-            final = dict(saved.values)
-        else:
-            final = await graph.ainvoke(initial_state(task, item), config, context=deps)
+    thread = thread_id(ctx.run.id, task.id, "f2strans")
+    final = await run_graph(build_graph(checkpointer), initial_state(task, item), deps, thread=thread)
     best_id = final.get("best_node_id")
     best = await asyncio.to_thread(ctx.store.get_node, best_id) if best_id else None
     passed = best is not None and best.exec_result is not None and best.exec_result.status is ExecStatus.PASSED
     attempt = Attempt(
-        run_id=ctx.run.id, task_id=task.id, status="passed" if passed else "failed",
-        best_node_id=best.id if best is not None else None, score=best.score if best is not None else 0.0,
-        tokens=int(final.get("tokens", 0)), seconds=time.perf_counter() - started,
-    )  # fmt: skip
+        run_id=ctx.run.id,
+        task_id=task.id,
+        status="passed" if passed else "failed",
+        best_node_id=best.id if best is not None else None,
+        score=best.score if best is not None else 0.0,
+        tokens=int(final.get("tokens", 0)),
+        seconds=time.perf_counter() - started,
+    )
     return await asyncio.to_thread(ctx.store.add_attempt, attempt)

@@ -36,6 +36,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+CPP_PRELUDE = "#include <bits/stdc++.h>\nusing namespace std;\n"
+C_PRELUDE = "#include <stdio.h>\n#include <stdlib.h>\n#include <math.h>\n#include <limits.h>\n#include <stdbool.h>\n"
+"""Headers put before a C or C++ candidate for the compiler's syntax and warning check."""
+
 
 def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
@@ -81,8 +85,15 @@ def tokens(code: str, language: str) -> list[str]:
     """Code tokens without comments or layout (Python by `tokenize`, others by a C-family regex)."""
     if language == "python":
         try:
-            skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
-                    tokenize.ENDMARKER, tokenize.ENCODING}  # fmt: skip
+            skip = {
+                tokenize.COMMENT,
+                tokenize.NL,
+                tokenize.NEWLINE,
+                tokenize.INDENT,
+                tokenize.DEDENT,
+                tokenize.ENDMARKER,
+                tokenize.ENCODING,
+            }
             found = tokenize.generate_tokens(io.StringIO(code).readline)
             return [token.string for token in found if token.type not in skip and token.string.strip()]
         except (tokenize.TokenError, IndentationError, SyntaxError):
@@ -174,8 +185,22 @@ def lint(code: str, language: str) -> tuple[str, int] | None:
         ruff = _ruff()
         if ruff is None:
             return None
-        argv = [ruff, "check", "--isolated", "--preview", "--select", RUFF_RULES, "--line-length", "120",
-                "--output-format", "json", "--no-cache", "--stdin-filename", "candidate.py", "-"]  # fmt: skip
+        argv = [
+            ruff,
+            "check",
+            "--isolated",
+            "--preview",
+            "--select",
+            RUFF_RULES,
+            "--line-length",
+            "120",
+            "--output-format",
+            "json",
+            "--no-cache",
+            "--stdin-filename",
+            "candidate.py",
+            "-",
+        ]
         done = _run(argv, stdin=code.rstrip("\n") + "\n")
         if done is None or done.returncode not in (0, 1):
             return None
@@ -188,9 +213,7 @@ def lint(code: str, language: str) -> tuple[str, int] | None:
         path = shutil.which(compiler)
         if path is None:
             return None
-        prelude = "#include <bits/stdc++.h>\nusing namespace std;\n" if language == "cpp" else (
-            "#include <stdio.h>\n#include <stdlib.h>\n#include <math.h>\n#include <limits.h>\n#include <stdbool.h>\n"
-        )  # fmt: skip
+        prelude = CPP_PRELUDE if language == "cpp" else C_PRELUDE
         flag = "-std=gnu++17" if language == "cpp" else "-std=gnu17"
         kind = "c++" if language == "cpp" else "c"
         done = _run([path, "-fsyntax-only", "-Wall", "-Wextra", flag, "-x", kind, "-"], stdin=prelude + code)
@@ -245,8 +268,10 @@ def tidy(code: str, language: str) -> str:
     ruff = _ruff() if language == "python" else None
     if ruff is None:
         return code
-    done = _run([ruff, "format", "--isolated", "--line-length", "120", "--stdin-filename", "reference.py", "-"],
-                stdin=code.rstrip("\n") + "\n")  # fmt: skip
+    done = _run(
+        [ruff, "format", "--isolated", "--line-length", "120", "--stdin-filename", "reference.py", "-"],
+        stdin=code.rstrip("\n") + "\n",
+    )
     if done is None or done.returncode != 0 or not done.stdout.strip():
         return code
     return done.stdout.rstrip("\n")

@@ -58,12 +58,23 @@ def train_round(
     if sft_rows:
         data = write_rows(sft_rows, folder / "functional.jsonl", "jsonl")
         done = train(
-            TrainSpec(method="sft", data=data, out=folder / "sft", model=model, lora=spec.lora,
-                      lora_rank=spec.lora_rank, steps=spec.sft_steps, batch_size=spec.batch_size,
-                      learning_rate=spec.sft_learning_rate, max_length=spec.max_length, seed=spec.seed,
-                      save_every=max(spec.sft_steps, 1)),
-            settings, progress,
-        )  # fmt: skip
+            TrainSpec(
+                method="sft",
+                data=data,
+                out=folder / "sft",
+                model=model,
+                lora=spec.lora,
+                lora_rank=spec.lora_rank,
+                steps=spec.sft_steps,
+                batch_size=spec.batch_size,
+                learning_rate=spec.sft_learning_rate,
+                max_length=spec.max_length,
+                seed=spec.seed,
+                save_every=max(spec.sft_steps, 1),
+            ),
+            settings,
+            progress,
+        )
         model = f"checkpoint:{done.model_id}"
         report["sft"] = {"model": model, "steps": done.steps, **_losses(done.metrics)}
     if spec.max_preference_rows is not None:
@@ -71,12 +82,24 @@ def train_round(
     if preference_rows:
         data = write_rows(preference_rows, folder / "style.jsonl", "jsonl")
         done = train(
-            TrainSpec(method="dpo", data=data, out=folder / "dpo", model=model, lora=spec.lora,
-                      lora_rank=spec.lora_rank, steps=spec.dpo_steps, batch_size=max(1, spec.batch_size // 2),
-                      learning_rate=spec.dpo_learning_rate, max_length=spec.max_length, seed=spec.seed,
-                      save_every=max(spec.dpo_steps, 1), options={"beta": spec.beta}),
-            settings, progress,
-        )  # fmt: skip
+            TrainSpec(
+                method="dpo",
+                data=data,
+                out=folder / "dpo",
+                model=model,
+                lora=spec.lora,
+                lora_rank=spec.lora_rank,
+                steps=spec.dpo_steps,
+                batch_size=max(1, spec.batch_size // 2),
+                learning_rate=spec.dpo_learning_rate,
+                max_length=spec.max_length,
+                seed=spec.seed,
+                save_every=max(spec.dpo_steps, 1),
+                options={"beta": spec.beta},
+            ),
+            settings,
+            progress,
+        )
         model = f"checkpoint:{done.model_id}"
         report["dpo"] = {"model": model, "steps": done.steps, **_losses(done.metrics)}
     report["model"] = model
@@ -109,7 +132,8 @@ def train_on_run(
         if stage in report:
             print(f"{stage}: {report[stage]['model']}", file=sys.stderr)
     if not pairs:
-        print("dpo: skipped (no style pairs: sample more candidates, e.g. --samples 4 --temperature 0.8)",
-              file=sys.stderr)  # fmt: skip
+        print(
+            "dpo: skipped (no style pairs: sample more candidates, e.g. --samples 4 --temperature 0.8)", file=sys.stderr
+        )
     print(f"use it with: veriloop --model {report['model']} run f2strans ...", file=sys.stderr)
     return report

@@ -18,17 +18,11 @@ from typing import Any
 
 from veriloop.agents.base import Agent, OnAttempt
 from veriloop.agents.context import AgentContext
-from veriloop.agents.mucode.graph import GRAPH, Deps, Scorer, ThreadedVerifier, initial_state, run_config
+from veriloop.agents.mucode.graph import Deps, Scorer, ThreadedVerifier, episode
 from veriloop.agents.mucode.state import MuCodeOptions, MuCodeState
 from veriloop.records import Attempt, Task
 
 __all__ = ["MuCodeAgent", "MuCodeOptions", "attempt_of", "episode"]
-
-
-async def episode(task: Task, deps: Deps, rollout: int = 0) -> MuCodeState:
-    """Play one episode of `task` through the graph; every turn's candidates are stored as nodes."""
-    state: MuCodeState = await GRAPH.ainvoke(initial_state(task, rollout), config=run_config(deps), context=deps)
-    return state
 
 
 def attempt_of(task: Task, state: MuCodeState, ctx: AgentContext, seconds: float) -> Attempt:

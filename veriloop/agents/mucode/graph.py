@@ -14,21 +14,20 @@ from __future__ import annotations
 
 import asyncio
 import random
-import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
-from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
+from veriloop.agents.common import run_graph, run_tests, stable_seed
 from veriloop.agents.context import AgentContext
 from veriloop.agents.mucode import prompts
 from veriloop.agents.mucode.state import MuCodeOptions, MuCodeState, Played, Sample
 from veriloop.llm.codeblocks import CLOSING_FENCE
-from veriloop.records import STEP_KEY, ExecResult, Node, SamplingParams, Task, new_id
-from veriloop.sandbox import default_limits
-from veriloop.sandbox.languages import prompt_helpers, python_tests_job
+from veriloop.records import STEP_KEY, Node, SamplingParams, Task, new_id
 
 ORACLE_WEIGHT = 100.0
 """beta_O of the paper: a passing test outweighs any verifier score; the verifier breaks ties."""
@@ -61,11 +60,6 @@ class Deps:
     verifier: Scorer | None = None
 
 
-def stable_seed(*parts: object) -> int:
-    """A seed from the parts' text, the same in every process (Python's hash() is salted)."""
-    return zlib.crc32(":".join(str(part) for part in parts).encode())
-
-
 def selection_scores(samples: list[Sample], rule: str) -> list[float]:
     """The score each candidate is ranked by under `rule` (random ranks by nothing and is drawn separately)."""
     scores = []
@@ -89,14 +83,6 @@ def choose(samples: list[Sample], rule: str, rng: random.Random) -> int:
         return rng.randrange(len(samples))
     scores = selection_scores(samples, rule)
     return max(range(len(samples)), key=lambda index: (scores[index], -index))
-
-
-async def run_tests(task: Task, code: str, tests: str, ctx: AgentContext) -> ExecResult:
-    job = python_tests_job(
-        ctx.sandbox.toolchain, code, tests, entry_point=task.entry_point, limits=default_limits(ctx.settings),
-        helpers=prompt_helpers(task.prompt, task.entry_point),
-    )  # fmt: skip
-    return await ctx.sandbox.run(job)
 
 
 def _public_tests(task: Task) -> str:
@@ -129,10 +115,8 @@ async def generate(state: MuCodeState, runtime: Runtime[Deps]) -> dict[str, Any]
 async def execute(state: MuCodeState, runtime: Runtime[Deps]) -> dict[str, Any]:
     ctx, task = runtime.context.ctx, state["task"]
     samples = state["samples"]
-    results = await asyncio.gather(*(run_tests(task, sample.code, _public_tests(task), ctx) for sample in samples))
-    for sample, result in zip(samples, results, strict=True):
-        sample.public = result
-    return {"samples": samples}
+    results = await asyncio.gather(*(run_tests(task, sample.code, ctx, _public_tests(task)) for sample in samples))
+    return {"samples": [replace(sample, public=result) for sample, result in zip(samples, results, strict=True)]}
 
 
 async def select(state: MuCodeState, runtime: Runtime[Deps]) -> dict[str, Any]:
@@ -140,11 +124,10 @@ async def select(state: MuCodeState, runtime: Runtime[Deps]) -> dict[str, Any]:
     options, task, turn, samples = deps.options, state["task"], state["turn"], state["samples"]
     if deps.verifier is not None:
         scores = await deps.verifier.score(task, [prompts.as_reply(sample.code) for sample in samples])
-        for sample, value in zip(samples, scores, strict=True):
-            sample.verifier = value
+        samples = [replace(sample, verifier=value) for sample, value in zip(samples, scores, strict=True)]
     rule = options.selection
-    for sample, value in zip(samples, selection_scores(samples, rule), strict=True):
-        sample.score = value
+    ranks = selection_scores(samples, rule)
+    samples = [replace(sample, score=value) for sample, value in zip(samples, ranks, strict=True)]
     rng = random.Random(stable_seed("select", options.seed, task.id, state.get("rollout", 0), turn))
     index = choose(samples, rule, rng)
     chosen = samples[index]
@@ -175,7 +158,7 @@ async def select(state: MuCodeState, runtime: Runtime[Deps]) -> dict[str, Any]:
         for position, sample in enumerate(samples)
     ]
     deps.ctx.store.add_nodes(nodes)
-    return {"chosen": chosen}
+    return {"samples": samples, "chosen": chosen}
 
 
 def after_select(state: MuCodeState, runtime: Runtime[Deps]) -> Literal["final", "feedback"]:
@@ -200,7 +183,7 @@ async def final(state: MuCodeState, runtime: Runtime[Deps]) -> dict[str, Any]:
     deps, task = runtime.context, state["task"]
     chosen = state["chosen"]
     assert chosen is not None and chosen.public is not None
-    result = await run_tests(task, chosen.code, task.tests, deps.ctx)
+    result = await run_tests(task, chosen.code, deps.ctx)
     node = deps.ctx.store.add_node(
         Node(
             run_id=deps.ctx.run.id,
@@ -221,8 +204,8 @@ async def final(state: MuCodeState, runtime: Runtime[Deps]) -> dict[str, Any]:
     return {"played": [played], "final": result, "final_node_id": node.id}
 
 
-def build_graph() -> Any:
-    """The compiled episode graph; run it with `ainvoke(initial_state(task), context=Deps(...))`."""
+def build_graph(checkpointer: BaseCheckpointSaver[str] | None = None) -> CompiledStateGraph[MuCodeState, Deps]:
+    """generate -> execute -> select -> (final | feedback -> generate); run it with `run_graph(graph, state, deps)`."""
     graph = StateGraph(MuCodeState, context_schema=Deps)
     graph.add_node("generate", generate)
     graph.add_node("execute", execute)
@@ -235,17 +218,34 @@ def build_graph() -> Any:
     graph.add_conditional_edges("select", after_select, ["final", "feedback"])
     graph.add_edge("feedback", "generate")
     graph.add_edge("final", END)
-    return graph.compile()
+    return graph.compile(checkpointer=checkpointer)
 
 
 def initial_state(task: Task, rollout: int = 0) -> MuCodeState:
-    return {"task": task, "rollout": rollout, "turn": 1, "parent_id": None, "samples": [], "chosen": None,
-            "played": [], "tokens": 0, "final": None, "final_node_id": None}  # fmt: skip
+    return {
+        "task": task,
+        "rollout": rollout,
+        "turn": 1,
+        "parent_id": None,
+        "samples": [],
+        "chosen": None,
+        "played": [],
+        "tokens": 0,
+        "final": None,
+        "final_node_id": None,
+    }
 
 
-def run_config(deps: Deps) -> RunnableConfig:
+def recursion_limit(options: MuCodeOptions) -> int:
     """Room for every turn: four steps a turn plus the final check (LangGraph's default limit is 25)."""
-    return {"recursion_limit": 4 * deps.options.turns + 8}
+    return 4 * options.turns + 8
 
 
 GRAPH = build_graph()
+"""Episodes are not checkpointed (a rerun replays a task), so one compiled graph serves every episode."""
+
+
+async def episode(task: Task, deps: Deps, rollout: int = 0) -> MuCodeState:
+    """Play one episode of `task` through the graph; every turn's candidates are stored as nodes."""
+    final = await run_graph(GRAPH, initial_state(task, rollout), deps, recursion_limit=recursion_limit(deps.options))
+    return final  # type: ignore[return-value]

@@ -30,16 +30,28 @@ from typing import Any
 from veriloop.agents.base import OnAttempt, notify
 from veriloop.agents.context import AgentContext
 from veriloop.agents.mucode import prompts
-from veriloop.agents.mucode.graph import GRAPH, ORACLE_WEIGHT, Deps, Scorer, ThreadedVerifier, initial_state, run_config
+from veriloop.agents.mucode.graph import ORACLE_WEIGHT, Deps, Scorer, ThreadedVerifier, episode
 from veriloop.agents.mucode.state import MuCodeOptions, MuCodeState
 from veriloop.config import Settings
 from veriloop.records import Attempt, Exemplar, Task
 from veriloop.store.exports import Row
 
 ITERATION_KIND = "mucode-iteration"
-TRAINING_FIELDS = ("turns", "history", "max_tokens", "seed", "rollouts", "rollout_temperature", "pairs_per_task",
-                   "relabel", "expert_must_pass", "verifier_steps", "sft_steps", "sft_learning_rate",
-                   "train_max_length")  # fmt: skip
+TRAINING_FIELDS = (
+    "turns",
+    "history",
+    "max_tokens",
+    "seed",
+    "rollouts",
+    "rollout_temperature",
+    "pairs_per_task",
+    "relabel",
+    "expert_must_pass",
+    "verifier_steps",
+    "sft_steps",
+    "sft_learning_rate",
+    "train_max_length",
+)
 
 
 @dataclass
@@ -130,10 +142,7 @@ async def rollouts(
 
     async def one(task: Task, rollout: int) -> Trajectory:
         async with gate:
-            state: MuCodeState = await GRAPH.ainvoke(
-                initial_state(task, rollout), config=run_config(deps), context=deps
-            )
-            return trajectory_of(task, state, rollout, iteration)
+            return trajectory_of(task, await episode(task, deps, rollout), rollout, iteration)
 
     jobs = [one(task, rollout) for task in tasks for rollout in range(options.rollouts)]
     done: list[Trajectory] = []
@@ -253,9 +262,15 @@ def finished_rounds(ctx: AgentContext, key: str) -> dict[int, Round]:
 
 
 async def one_round(
-    iteration: int, generator: str, key: str, folder: Path, tasks: Sequence[Task], ctx: AgentContext,
-    options: MuCodeOptions, base: str,
-) -> tuple[Round, list[Trajectory], dict[str, Expert]]:  # fmt: skip
+    iteration: int,
+    generator: str,
+    key: str,
+    folder: Path,
+    tasks: Sequence[Task],
+    ctx: AgentContext,
+    options: MuCodeOptions,
+    base: str,
+) -> tuple[Round, list[Trajectory], dict[str, Expert]]:
     """Rollouts, verifier, expert, relabelling and SFT of round `iteration`; each stage reuses its saved output."""
     from veriloop.llm import get_backend
     from veriloop.training import train
@@ -295,9 +310,15 @@ async def one_round(
     elif pairs:
         log(f"round {iteration}: training the verifier on {len(pairs)} pairs")
         result = await asyncio.to_thread(
-            train_verifier, pairs, folder / "verifier", settings, base=base, steps=options.verifier_steps,
-            max_length=options.train_max_length, seed=options.seed,
-        )  # fmt: skip
+            train_verifier,
+            pairs,
+            folder / "verifier",
+            settings,
+            base=base,
+            steps=options.verifier_steps,
+            max_length=options.train_max_length,
+            seed=options.seed,
+        )
         verifier_id = f"checkpoint:{result.model_id}" if result.model_id else result.path
         verifier_metrics = {k: v for k, v in result.metrics.items() if isinstance(v, int | float | str | None)}
         verifier_file.write_text(json.dumps({"id": verifier_id, "metrics": verifier_metrics}))
@@ -329,10 +350,17 @@ async def one_round(
         )
         log(f"round {iteration}: fine-tuning {generator} on {len(merged)} relabelled rows")
         spec = TrainSpec(
-            method="sft", data=folder / "sft-merged.jsonl", out=folder / "sft", model=generator,
-            steps=options.sft_steps, batch_size=2, learning_rate=options.sft_learning_rate,
-            max_length=options.train_max_length, seed=options.seed, save_every=max(5, options.sft_steps // 4),
-        )  # fmt: skip
+            method="sft",
+            data=folder / "sft-merged.jsonl",
+            out=folder / "sft",
+            model=generator,
+            steps=options.sft_steps,
+            batch_size=2,
+            learning_rate=options.sft_learning_rate,
+            max_length=options.train_max_length,
+            seed=options.seed,
+            save_every=max(5, options.sft_steps // 4),
+        )
         result = await asyncio.to_thread(train, spec, settings)
         new_generator = f"checkpoint:{result.model_id}" if result.model_id else result.path
         sft_metrics = {k: v for k, v in result.metrics.items() if isinstance(v, int | float | str | None)}

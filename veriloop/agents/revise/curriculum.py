@@ -204,8 +204,13 @@ def run_curriculum(
         kinds: dict[str, int] = {}
         for row in rows:
             kinds[row["kind"]] = kinds.get(row["kind"], 0) + 1
-        report[f"stage{stage}"] = {"rows": len(rows), "kinds": kinds, "model_id": result.model_id,
-                                   "path": result.path, "metrics": result.metrics}  # fmt: skip
+        report[f"stage{stage}"] = {
+            "rows": len(rows),
+            "kinds": kinds,
+            "model_id": result.model_id,
+            "path": result.path,
+            "metrics": result.metrics,
+        }
         base = result.path
     report["model"] = base
     return report

@@ -17,20 +17,18 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
 from veriloop.agents.checkpoint import thread_id
+from veriloop.agents.common import run_graph, run_tests, share_passed, stable_seed
 from veriloop.agents.context import AgentContext
-from veriloop.agents.direct import check, share_passed
 from veriloop.agents.revise import prompts
 from veriloop.agents.revise.state import ReviseOptions, ReviseState, Trajectory
 from veriloop.errors import ConfigError
@@ -65,11 +63,6 @@ class Deps:
     options: ReviseOptions
 
 
-def stable_seed(*parts: object) -> int:
-    """A seed from the parts' text, the same in every process (Python's hash() is salted)."""
-    return zlib.crc32(":".join(str(part) for part in parts).encode())
-
-
 def vote(keys: Sequence[str], weights: Sequence[float]) -> tuple[int, list[dict[str, Any]]]:
     """Weighted vote: the answer key with the largest total weight (earliest on ties); returns the index of
     its heaviest member and every group as {members, weight}."""
@@ -91,7 +84,7 @@ def select_index(trajectories: Sequence[Trajectory], rule: str) -> tuple[int, li
     return vote(keys, weights)
 
 
-def _load(state: ReviseState) -> list[Trajectory]:
+def _load(state: ReviseState | dict[str, Any]) -> list[Trajectory]:
     return [Trajectory.model_validate(item) for item in state.get("trajectories", [])]
 
 
@@ -114,7 +107,7 @@ async def _record_attempts(deps: Deps, trajectories: Sequence[Trajectory], compl
     """Test each new attempt, store it as a node under its trajectory's last decision, and add it to the trajectory."""
     ctx, task = deps.ctx, deps.task
     codes = [prompts.program_from_reply(task, completion.text) for completion in completions]
-    results = await asyncio.gather(*(check(task, code, ctx) for code in codes))
+    results = await asyncio.gather(*(run_tests(task, code, ctx) for code in codes))
     base = prompts.task_messages(task)
     for trajectory, completion, code, result in zip(trajectories, completions, codes, results, strict=True):
         refining = bool(trajectory.attempt_ids)
@@ -247,8 +240,9 @@ async def select(state: ReviseState, runtime: Runtime[Deps]) -> dict[str, Any]:
     return {"selected": index, "selected_node_id": node.id}
 
 
-def build_graph(checkpointer: BaseCheckpointSaver[str] | None = None) -> CompiledStateGraph[Any, Any, Any, Any]:
-    graph: StateGraph[Any, Any, Any, Any] = StateGraph(ReviseState, context_schema=Deps)
+def build_graph(checkpointer: BaseCheckpointSaver[str] | None = None) -> CompiledStateGraph[ReviseState, Deps]:
+    """answer -> verify -> (refine -> verify)* -> select; run it with `run_graph(graph, state, deps)`."""
+    graph = StateGraph(ReviseState, context_schema=Deps)
     graph.add_node("answer", answer)
     graph.add_node("verify", verify)
     graph.add_node("refine", refine)
@@ -269,17 +263,9 @@ async def solve(
     backend = verifying_backend(ctx.backend)
     graph = build_graph(checkpointer)
     deps = Deps(ctx=ctx, task=task, options=options)
-    config: RunnableConfig = {"configurable": {"thread_id": thread_id(ctx.run.id, task.id)}, "recursion_limit": 64}
-    final: dict[str, Any] | None = None
-    if checkpointer is not None:
-        snapshot = await graph.aget_state(config)
-        if snapshot.next:
-            final = await graph.ainvoke(None, config, context=deps)
-        elif "selected_node_id" in snapshot.values:
-            final = dict(snapshot.values)
-    if final is None:
-        final = await graph.ainvoke({"prefix": backend.render_chat(prompts.task_messages(task))}, config, context=deps)
-    trajectories = [Trajectory.model_validate(item) for item in final["trajectories"]]
+    initial: ReviseState = {"prefix": backend.render_chat(prompts.task_messages(task))}
+    final = await run_graph(graph, initial, deps, thread=thread_id(ctx.run.id, task.id), recursion_limit=64)
+    trajectories = _load(final)
     chosen = trajectories[int(final["selected"])]
     return await asyncio.to_thread(
         ctx.store.add_attempt,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, TypedDict
+from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -68,8 +68,8 @@ class ReviseState(TypedDict, total=False):
 
     prefix: str
     """The chat-templated prompt; every trajectory continues this text."""
-    trajectories: list[Trajectory]
+    trajectories: list[dict[str, Any]]
+    """The K trajectories as JSON (`Trajectory.model_dump()`): a node loads copies and returns them dumped."""
     selected: int
     """Index of the trajectory whose final attempt is the answer."""
     selected_node_id: str
-    votes: dict[str, float]
