@@ -16,7 +16,8 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.state import CompiledStateGraph
 
 from veriloop.agents.context import AgentContext
-from veriloop.records import ExecResult, Task
+from veriloop.llm.codeblocks import fenced_block
+from veriloop.records import Constraint, ExecResult, Task
 from veriloop.sandbox import default_limits
 from veriloop.sandbox.languages import prompt_helpers, python_tests_job
 
@@ -24,6 +25,15 @@ from veriloop.sandbox.languages import prompt_helpers, python_tests_job
 def stable_seed(*parts: object) -> int:
     """A seed from the parts' text, the same in every process (Python's hash() is salted)."""
     return zlib.crc32(":".join(str(part) for part in parts).encode())
+
+
+def answer_constraint(task: Task, fence: str, enabled: bool) -> Constraint | None:
+    """What a method asks the model for, as a decoding constraint: one block fenced `fence`, holding
+    `def <entry_point>(` when the task is Python with an entry point (None when the method's option is off)."""
+    if not enabled:
+        return None
+    signature = f"def {task.entry_point}(" if task.entry_point and fence == "python" else None
+    return fenced_block(fence, signature)
 
 
 def share_passed(result: ExecResult) -> float:

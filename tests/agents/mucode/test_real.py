@@ -11,7 +11,8 @@ from veriloop.config import Settings
 from veriloop.records import ExecStatus
 from veriloop.store import TrajectoryStore
 
-TASKS = ["HumanEval/23", "HumanEval/28", "HumanEval/2"]
+ENTRY_POINTS = {"HumanEval/23": "strlen", "HumanEval/28": "concatenate", "HumanEval/2": "truncate_number"}
+TASKS = list(ENTRY_POINTS)
 
 
 @pytest.mark.slow
@@ -35,6 +36,10 @@ async def test_multi_turn_best_of_two_on_three_tasks(tmp_path: Path, model_setti
             turns = final.metadata["turn"]
             assert len(candidates) == 2 * turns  # two candidates a turn, every one stored with its public result
             assert all(node.exec_result is not None and node.completion is not None for node in candidates)
+            entry = f"def {ENTRY_POINTS[attempt.task_id]}("
+            for node in candidates:  # `structured` (on by default): one python block holding the task's function
+                assert node.completion is not None and node.completion.text.startswith("```python\n")
+                assert node.completion.finish_reason == "length" or entry in node.code, node.completion.text
             chosen = {node.id for node in candidates if node.metadata["selected"]}
             assert final.parent_id in chosen and len(chosen) == turns
             if turns == 2:

@@ -30,6 +30,7 @@ from veriloop.agents.context import AgentContext
 from veriloop.agents.f2strans import prompts
 from veriloop.agents.f2strans.state import F2STransOptions, TranslationState
 from veriloop.agents.f2strans.style import style_score
+from veriloop.llm.codeblocks import fenced_block
 from veriloop.records import (
     STEP_KEY,
     Attempt,
@@ -80,7 +81,10 @@ def initial_state(task: Task, item: Translation) -> TranslationState:
 
 
 def sampling(options: F2STransOptions, turn: int) -> SamplingParams:
-    """First turn: `samples` draws (sampled when there is more than one); repairs: one greedy reply."""
+    """First turn: `samples` draws (sampled when there is more than one); repairs: one greedy reply. With
+    `structured`, every reply is one block fenced in the target language."""
+    fence = prompts.FENCE.get(options.target, options.target)
+    constraint = fenced_block(fence) if options.structured else None
     if turn == 0 and options.samples > 1:
         temperature = options.temperature or 0.8
         return SamplingParams(
@@ -89,10 +93,16 @@ def sampling(options: F2STransOptions, turn: int) -> SamplingParams:
             max_tokens=options.max_tokens,
             stop=prompts.STOP,
             seed=options.seed,
+            constraint=constraint,
         )
     temperature = options.temperature if turn == 0 else 0.0
     return SamplingParams(
-        n=1, temperature=temperature, max_tokens=options.max_tokens, stop=prompts.STOP, seed=options.seed
+        n=1,
+        temperature=temperature,
+        max_tokens=options.max_tokens,
+        stop=prompts.STOP,
+        seed=options.seed,
+        constraint=constraint,
     )
 
 

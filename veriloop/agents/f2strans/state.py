@@ -23,6 +23,11 @@ class F2STransOptions(CheckpointedOptions):
     )
     max_tokens: int = Field(384, ge=16, le=4096, description="New tokens per reply at most.")
     seed: int = Field(0, description="Sampling seed of the first turn.")
+    structured: bool = Field(
+        True,
+        description="Constrain each reply to one fenced code block (holding the task's function) by token masks "
+        "in the backend; turn off for an OpenAI-compatible server that takes no regex constraint.",
+    )
     linter: bool = Field(True, description="Lint every candidate for its style score (ruff, gcc, javac).")
     # training: one F2STrans round on this run's translations (`training.train_on_run`)
     train: bool = Field(

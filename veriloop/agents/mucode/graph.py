@@ -22,7 +22,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
-from veriloop.agents.common import run_graph, run_tests, stable_seed
+from veriloop.agents.common import answer_constraint, run_graph, run_tests, stable_seed
 from veriloop.agents.context import AgentContext
 from veriloop.agents.mucode import prompts
 from veriloop.agents.mucode.state import MuCodeOptions, MuCodeState, Played, Sample
@@ -101,6 +101,7 @@ async def generate(state: MuCodeState, runtime: Runtime[Deps]) -> dict[str, Any]
         max_tokens=options.max_tokens,
         stop=[CLOSING_FENCE],
         seed=stable_seed(options.seed, task.id, state.get("rollout", 0), turn),
+        constraint=answer_constraint(task, task.language, options.structured),
     )
     [completions] = await deps.ctx.backend.generate([messages], params)
     samples = [

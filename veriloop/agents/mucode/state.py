@@ -47,6 +47,11 @@ class MuCodeOptions(AgentOptions):
     )
     history: History = Field("full", description="full: the whole conversation; latest: the last code only.")
     max_tokens: int = Field(384, ge=16, le=4096, description="New tokens per reply at most.")
+    structured: bool = Field(
+        True,
+        description="Constrain each reply to one fenced code block (holding the task's function) by token masks "
+        "in the backend; turn off for an OpenAI-compatible server that takes no regex constraint.",
+    )
     seed: int = Field(0, description="Seeds sampling and random selection, so runs repeat.")
     # training (Algorithm 1)
     train: bool = Field(False, description="Run μCode's expert iteration on the suite instead of solving it.")
