@@ -8,8 +8,7 @@ from pydantic import Field
 
 from veriloop.agents.base import AgentOptions
 from veriloop.search.engine import SearchKind
-
-Target = Literal["dafny", "nagini", "verus", "tests"]
+from veriloop.verifiers.target import VerifierName as Target
 
 
 class AlphaVerusOptions(AgentOptions):
