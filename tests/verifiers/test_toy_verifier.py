@@ -263,7 +263,8 @@ def test_alphaverus_takes_the_toy_as_its_target() -> None:
     assert rule_violation(ABS, "toy", DAFNY_ABS, "dafny") is None
     split = split_spec(ABS, "toy")
     assert split is not None and split.prefix.endswith("post y == x or y == -x\n") and split.suffix == "end"
-    [exploit_system, _] = exploit_messages(split.prefix, "toy", [])
+    [exploit_system, exploit_user] = exploit_messages(split.prefix, "toy", [])
+    assert "proc absolute" in exploit_user.content and "proc id" not in exploit_user.content
     assert "```toy\nproc id(x: int) -> (r: int)\n  post r == r\n```" in exploit_system.content
     assert with_body(split, "```toy\ny = 0\n```", "toy") == SPEC.rstrip("\n")
 
@@ -311,9 +312,11 @@ async def test_an_alphaverus_round_into_the_toy(tmp_path: Path) -> None:
     assert exploit.code == SPEC.rstrip("\n") and not exploit.metadata["exploits_spec"]  # `y = 0` fails x = 3
     [pair] = store.list_exemplars(kind=SOLVED, language="toy")
     assert pair.payload["target"] == ABS.strip("\n")
-    prompts = [prompt_text(p) for p, _ in backend.requests]
-    assert any("Toy (pre/post procs)" in p and "End every proc" in p for p in prompts)
-    assert any("```toy\nproc id(x: int)" in p for p in prompts)  # the toy's exploit example, in its fence
+    asks = [prompt_text(p) for p, _ in backend.requests]
+    assert any("Toy (pre/post procs)" in ask and "End every proc" in ask for ask in asks)
+    [exploit_prompt] = [p for p, _ in backend.requests if "Write a trivial program" in prompt_text(p)]
+    assert not isinstance(exploit_prompt, str) and "```toy\nproc absolute(" in exploit_prompt[-1].content
+    assert "```toy\nproc id(x: int)" in exploit_prompt[0].content  # the toy's exploit example, in its fence
     store.close()
 
 

@@ -141,8 +141,8 @@ def exploit_messages(prefix: str, target: str, critics: Sequence[dict[str, Any]]
     descriptor = verifier_target(target)
     system = EXPLOIT_SYSTEM.format(language=LANGUAGE[target])
     examples = [descriptor.exploit_example] if descriptor.exploit_example else []
-    for prefix, body in [*examples, *((item["prefix"], item["exploit"]) for item in critics)]:
-        system += EXPLOIT_EXAMPLE.format(prefix=fenced(prefix, target), body=fenced(body, target))
+    for shown, body in [*examples, *((item["prefix"], item["exploit"]) for item in critics)]:
+        system += EXPLOIT_EXAMPLE.format(prefix=fenced(shown, target), body=fenced(body, target))
     return [
         Message(role="system", content=system),
         Message(role="user", content=EXPLOIT_USER.format(prefix=fenced(prefix, target))),
