@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from veriloop.records import Task
 from veriloop.tasks.stdio import STDIO_NOTE, stdio_tests
-from veriloop.verifiers.target import VerifierName
+from veriloop.verifiers.target import VerifierChoice
 
 
 class IOCase(BaseModel):
@@ -48,7 +48,7 @@ class TaskSpec(BaseModel):
     cases: list[IOCase] | None = Field(None, description="stdin/stdout tests (Python programs).")
     spec: str | None = Field(None, description="Verifier tasks: the specification the answer must keep.")
     reference: str | None = Field(None, description="A known-good answer, if there is one.")
-    verifier: VerifierName | None = Field(
+    verifier: VerifierChoice = Field(
         None,
         description="Who judges: the tests (default when there are tests) or a registered formal verifier "
         "(dafny, nagini, verus).",

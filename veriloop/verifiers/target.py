@@ -74,12 +74,13 @@ def verifier_target(name: str) -> VerifierTarget:
     return target
 
 
-def registered(name: str) -> str:
-    """`name` when a verifier is registered under it (no import), else a ValueError naming the ones there are."""
-    if name not in VERIFIERS:
+def registered(name: str | None) -> str | None:
+    """`name` when it is None or a registered verifier (no import), else a ValueError naming the ones there are."""
+    if name is not None and name not in VERIFIERS:
         raise ValueError(f"unknown verifier {name!r}; registered: {', '.join(VERIFIERS)}")
     return name
 
 
-VerifierName = Annotated[str, AfterValidator(registered)]
-"""An options or task field naming a verifier: any registered name, checked when the model is validated."""
+VerifierChoice = Annotated[str | None, AfterValidator(registered)]
+"""An options or task field naming a verifier, or None: any registered name, checked when the model is validated
+(so the field's type stays a plain `str | None` for the generated CLI flags and JSON schemas)."""
