@@ -23,6 +23,7 @@ import pytest
 from typer.testing import CliRunner
 
 from veriloop.config import Settings
+from veriloop.errors import ConfigError
 from veriloop.records import Candidate, Diagnostic, Task, VerifyResult, VerifyStatus
 from veriloop.verifiers import VERIFIERS, semantic
 from veriloop.verifiers.guard import Dialect
@@ -240,8 +241,14 @@ def test_the_toy_reads_its_command_from_the_generic_setting(monkeypatch: pytest.
     from veriloop.verifiers import get_verifier
 
     monkeypatch.setenv("VERILOOP_VERIFIERS__COMMANDS__TOY", "/opt/toy/bin/toy")
-    verifier = get_verifier(load_settings(), "toy", guard=False)
+    monkeypatch.setenv("VERILOOP_VERIFIERS__DAFNY", "/opt/dafny/dafny")
+    settings = load_settings()
+    verifier = get_verifier(settings, "toy", guard=False)
     assert isinstance(verifier, ToyVerifier) and verifier.command == "/opt/toy/bin/toy"
+    assert settings.verifiers.command("dafny") == "/opt/dafny/dafny"  # the existing names keep working
+    monkeypatch.setenv("VERILOOP_VERIFIERS__COMMANDS__DAFNY", "dafny")
+    with pytest.raises(ConfigError, match=r"set verifiers\.dafny, not verifiers\.commands\.dafny"):
+        load_settings()  # one place per command
 
 
 def test_alphaverus_takes_the_toy_as_its_target() -> None:
