@@ -211,7 +211,18 @@ def _verify(tmp_path: Path, code: str, *flags: str) -> dict[str, Any]:
     program, spec = tmp_path / "candidate.toy", tmp_path / "spec.toy"
     program.write_text(code)
     spec.write_text(SPEC)
-    argv = ["--home", str(tmp_path), "verify", str(program), "--verifier", "toy", "--spec", str(spec), *flags]
+    argv = [
+        "--home",
+        str(tmp_path),
+        "verify",
+        str(program),
+        "--verifier",
+        "toy",
+        "--spec",
+        str(spec),
+        "--no-cache",
+        *flags,
+    ]
     result = CliRunner().invoke(app, [*argv, "--json"])
     assert result.exception is None or isinstance(result.exception, SystemExit), result.output
     payload: dict[str, Any] = json.loads(result.stdout)
