@@ -13,7 +13,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -159,10 +159,29 @@ class VerifierSettings(Section):
     nagini_memory_mb: int = Field(3072, ge=256, description="Recycle a warm Nagini worker above this RSS.")
     verus: str = Field("verus", description="Verus command (a name on PATH or a path).")
     verus_multiple_errors: int = Field(100, ge=1, description="Verus --multiple-errors N.")
+    commands: dict[str, str] = Field(
+        default_factory=dict,
+        description="Commands of the other verifiers, by name (a name on PATH or a path), so a new verifier needs no "
+        'field here: [verifiers.commands] toy = "/opt/toy/bin/toy", or VERILOOP_VERIFIERS__COMMANDS__TOY.',
+    )
     guard: bool = Field(True, description="Run the spec guard (reject spec weakening and escapes).")
     isolation: str = Field("bwrap", description="Where verifier processes run: bwrap (default) or none (the host).")
     memory_mb: int = Field(4096, ge=256, description="Memory limit of one sandboxed verifier process (cgroup), MiB.")
     cache: bool = Field(True, description="Reuse stored results for identical verifications.")
+
+    @model_validator(mode="after")
+    def _one_place_per_command(self) -> VerifierSettings:
+        for name in self.commands:
+            if name in self._own_commands():
+                raise ValueError(f"set verifiers.{name}, not verifiers.commands.{name}")
+        return self
+
+    def _own_commands(self) -> dict[str, str]:
+        return {"dafny": self.dafny, "verus": self.verus}
+
+    def command(self, name: str) -> str:
+        """The command of the verifier `name`: its own field (dafny, verus), else `commands`, else the name itself."""
+        return self._own_commands().get(name) or self.commands.get(name, name)
 
 
 class Settings(BaseSettings):

@@ -14,8 +14,7 @@ from veriloop.cli.app import JsonFlag
 from veriloop.cli.options import Alias, option_flags
 from veriloop.cli.run_cmd import ExecutorOption, LimitOption, TaskIdsOption, run_agent, run_app
 from veriloop.errors import ConfigError
-
-SUITE_BY_TARGET = {"dafny": "dafnybench-hints", "nagini": "alphaverus-dafny2nagini", "verus": "alphaverus-dafny2verus"}
+from veriloop.verifiers.target import verifier_target
 
 
 @run_app.command("alphaverus")
@@ -36,8 +35,7 @@ def run_alphaverus(
 
     make_agent("alphaverus", options)  # a bad target or search fails with the model's message, before the suite
     if suite is None:
-        target = options["target"]
-        if target not in SUITE_BY_TARGET:
-            raise ConfigError("pass --suite (or --target dafny|nagini|verus for the default Dafny suite)")
-        suite = SUITE_BY_TARGET[target]
+        suite = verifier_target(options["target"]).suite if options["target"] else None
+        if suite is None:
+            raise ConfigError("pass --suite (or a --target whose verifier names a default suite, such as dafny)")
     run_agent(ctx, "alphaverus", suite, options, limit=limit, task_ids=task, as_json=as_json, executor=executor)

@@ -11,8 +11,8 @@ import typer
 from veriloop.cli.app import JsonFlag, app, emit, state
 from veriloop.errors import NotFoundError
 from veriloop.records import Candidate, Task, VerifyResult, VerifyStatus
+from veriloop.verifiers.base import VERIFIERS
 
-LANGUAGE = {"dafny": "dafny", "nagini": "python", "verus": "verus"}
 SUFFIX = {".py": "python", ".c": "c", ".cpp": "cpp", ".java": "java", ".js": "javascript", ".rs": "rust", ".go": "go"}
 FIELDS = ("status", "verified", "errors", "score", "tool", "version", "duration_s", "cache_hit", "reason")
 
@@ -37,7 +37,9 @@ async def _verify(verifier: Any, candidate: Candidate, task: Task) -> VerifyResu
 def verify_command(
     ctx: typer.Context,
     file: Annotated[Path, typer.Argument(help="Program to verify.")],
-    verifier_name: Annotated[str, typer.Option("--verifier", "-v", help="tests, dafny, nagini or verus.")],
+    verifier_name: Annotated[
+        str, typer.Option("--verifier", "-v", help=f"A registered verifier: {', '.join(VERIFIERS)}.")
+    ],
     spec: Annotated[
         Path | None, typer.Option("--spec", help="The task's specification: its requires/ensures must be kept.")
     ] = None,
@@ -53,17 +55,22 @@ def verify_command(
 ) -> None:
     """Verify FILE and print the VerifyResult; exit 0 when verified, 1 otherwise."""
     from veriloop.store import TrajectoryStore
-    from veriloop.verifiers import VERIFIERS, get_verifier
+    from veriloop.verifiers import get_verifier
+    from veriloop.verifiers.target import verifier_target
 
     settings = state(ctx).settings(verifiers={"timeout_s": timeout}, sandbox={"timeout_s": timeout})
-    if verifier_name not in VERIFIERS:
-        VERIFIERS.load(verifier_name)  # raises the unknown-name error listing the choices
+    target = verifier_target(verifier_name)  # an unknown name fails listing the registered ones
     code = _read(file, "program") or ""
-    language = LANGUAGE.get(verifier_name) or SUFFIX.get(file.suffix, "python")
+    language = target.language or SUFFIX.get(file.suffix, "python")
     task = Task(
-        id=file.stem, suite="cli", prompt="", language=language, entry_point=entry_point,
-        tests=_read(tests, "tests file") or "", spec=_read(spec, "spec file"),
-    )  # fmt: skip
+        id=file.stem,
+        suite="cli",
+        prompt="",
+        language=language,
+        entry_point=entry_point,
+        tests=_read(tests, "tests file") or "",
+        spec=_read(spec, "spec file"),
+    )
     if task_id is not None:
         with TrajectoryStore.from_settings(settings) as tasks:
             stored = tasks.get_task(task_id)

@@ -78,11 +78,20 @@ ORIGINS = {
 """Where each registered suite's data comes from, for `veriloop suites list` and the docs."""
 
 
+TRANSLATIONS = "alphaverus-dafny2"
+"""`alphaverus-dafny2<verifier>`: the Dafny sources to translate for any registered verifier (its descriptor names
+the language), so a new verifier needs no suite line of its own."""
+
+
 def load_suite(name: str, settings: Settings) -> Suite:
     """Load the suite registered as `name`, or a task file / dataset (`FILE[#FORMAT]`, `hf:NAME[:SPLIT]`)."""
     from veriloop.tasks.files import is_task_source, load_task_source
 
     if name not in SUITES and is_task_source(name):
         return load_task_source(name, settings)
+    if name not in SUITES and name.startswith(TRANSLATIONS):
+        from veriloop.tasks.dafny import translation_suite
+
+        return translation_suite(settings, name.removeprefix(TRANSLATIONS))
     loader = SUITES.load(name)
     return loader(settings)

@@ -30,8 +30,6 @@ BUNDLED = Path(__file__).with_name("data") / "dafnybench_subset.json"
 """DafnyBench programs (Apache-2.0, sun-wendy/DafnyBench @0cd28fe) that pass the hints filter on Dafny 2.3."""
 SCAN = 40
 """Programs of a data file considered by a suite (the first ones, in the file's order)."""
-TARGETS = {"nagini": "python", "verus": "rust", "dafny": "dafny"}
-"""Target verifier -> the language candidates are written in."""
 
 
 def dafny_version(settings: Settings) -> str:
@@ -146,7 +144,13 @@ def _translation_sources(settings: Settings) -> tuple[list[dict[str, Any]], str,
 
 
 def translation_suite(settings: Settings, target: str) -> Suite:
-    """Dafny programs that verify with the installed Dafny, to translate into `target` (nagini, verus)."""
+    """Dafny programs that verify with the installed Dafny, to translate for the verifier `target` (nagini, verus):
+    its descriptor names the language the translations are written in."""
+    from veriloop.verifiers.target import verifier_target
+
+    language = verifier_target(target).language
+    if language is None:
+        raise ConfigError(f"verifier {target!r} checks no language of its own to translate into")
     name = f"alphaverus-dafny2{target}"
     items, source, checked = _translation_sources(settings)
     version = dafny_version(settings)
@@ -162,7 +166,7 @@ def translation_suite(settings: Settings, target: str) -> Suite:
             id=f"{name}/{item['key']}",
             suite=name,
             prompt=item["ground_truth"],
-            language=TARGETS[target],
+            language=language,
             reference=None,
             metadata={
                 "source": item["ground_truth"],

@@ -3,7 +3,7 @@
 Published as JSON Schema by `veriloop suites schema`; README's "Your own tasks" shows one example per
 kind. A task is checked in one of four ways: Python `tests` (asserts, or HumanEval's `check(candidate)`),
 stdin/stdout `cases`, a test program (`tests` for any other language, with a `TOFILL` line where the
-candidate goes), or a formal `verifier` (dafny, nagini, verus) against its `spec`.
+candidate goes), or a formal `verifier` (dafny, nagini, verus, or any other registered one) against its `spec`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from veriloop.records import Task
 from veriloop.tasks.stdio import STDIO_NOTE, stdio_tests
-
-VERIFIERS = ("tests", "dafny", "nagini", "verus")
+from veriloop.verifiers.target import VerifierChoice
 
 
 class IOCase(BaseModel):
@@ -49,8 +48,10 @@ class TaskSpec(BaseModel):
     cases: list[IOCase] | None = Field(None, description="stdin/stdout tests (Python programs).")
     spec: str | None = Field(None, description="Verifier tasks: the specification the answer must keep.")
     reference: str | None = Field(None, description="A known-good answer, if there is one.")
-    verifier: Literal["tests", "dafny", "nagini", "verus"] | None = Field(
-        None, description="Who judges: the tests (default when there are tests) or a formal verifier."
+    verifier: VerifierChoice = Field(
+        None,
+        description="Who judges: the tests (default when there are tests) or a registered formal verifier "
+        "(dafny, nagini, verus).",
     )
     mode: Literal["hints", "translate", "inference"] | None = Field(
         None, description="Verifier tasks: fill in proof hints, translate `source`, or complete the prompt."

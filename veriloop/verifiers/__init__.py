@@ -1,4 +1,4 @@
-"""Verifiers (tests, Dafny, Nagini, Verus), the spec guard and the verification cache.
+"""Verifiers (tests, Dafny, Nagini, Verus), their target descriptors, the spec guard and the verification cache.
 
 `get_verifier(settings, name, store=...)` returns the verifier wrapped as configured: the spec guard around
 the tool (formal verifiers only), the store-backed cache around both.
@@ -11,6 +11,7 @@ from veriloop.store import TrajectoryStore
 from veriloop.verifiers.base import VERIFIERS, ToolRun, Verifier, load_verifier, node_score, run_tool
 from veriloop.verifiers.cache import CachedVerifier, cache_key
 from veriloop.verifiers.guard import GuardedVerifier, guarded
+from veriloop.verifiers.target import VerifierTarget, verifier_target
 
 
 def get_verifier(
@@ -36,9 +37,11 @@ __all__ = [
     "GuardedVerifier",
     "ToolRun",
     "Verifier",
+    "VerifierTarget",
     "cache_key",
     "get_verifier",
     "load_verifier",
     "node_score",
     "run_tool",
+    "verifier_target",
 ]

@@ -18,6 +18,8 @@ from veriloop.records import Candidate, Diagnostic, Task, VerifyResult, VerifySt
 from veriloop.sandbox.tools import DEFAULT as DEFAULT_SANDBOX
 from veriloop.sandbox.tools import ToolSandbox
 from veriloop.verifiers.base import infra_error, node_score, run_tool, tool_sandbox, tool_version
+from veriloop.verifiers.guard import DAFNY
+from veriloop.verifiers.target import VerifierTarget
 
 SOURCE = "program.dfy"
 
@@ -140,10 +142,25 @@ def judge(returncode: int | None, timed_out: bool, text: str) -> tuple[VerifySta
     return VerifyStatus.INFRA_ERROR, report, f"dafny exited with {returncode} and no summary: {text.strip()[-300:]}"
 
 
+TARGET = VerifierTarget(
+    "dafny",
+    language="dafny",
+    title="Dafny",
+    fence="dafny",
+    dialect=DAFNY,
+    ensures=r"\bensures\b",
+    declarations=r"^\s*(method|function|predicate|lemma|class|datatype|module|ghost|include|const)\b",
+    exploit_kinds=("method",),
+    exploit_example=("method Id(x: int) returns (r: int)\n  ensures r == r\n{", "  r := 0;\n}"),
+    suite="dafnybench-hints",
+)
+
+
 class DafnyVerifier:
     """Runs the Dafny CLI once per candidate (Debian's 2.3 here; the sandbox image carries a current one)."""
 
     name = "dafny"
+    target = TARGET
 
     def __init__(
         self,

@@ -19,7 +19,7 @@ import ast
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from veriloop.records import Candidate, Task, VerifyResult, VerifyStatus
 from veriloop.verifiers import closure, semantic
@@ -36,21 +36,53 @@ from veriloop.verifiers.spec import (
 Check = Callable[[str], Awaitable[VerifyResult]]
 
 
+def _any(contract: Contract) -> bool:
+    return True
+
+
 @dataclass(frozen=True)
 class Dialect:
-    """What the guard needs to know about one verifier's language."""
+    """What the guard needs to know about one verifier's language; a verifier's descriptor carries it."""
 
     name: str
     escapes: tuple[tuple[str, str], ...]
+    """(pattern, reason): constructs that make the tool assume instead of prove; a spec may use them."""
     contracts: Callable[[str], list[Contract]]
+    """The language's spec clause reader: each callable's requires, ensures, parameters and body."""
     translate: semantic.Translate
+    """Clause text to Z3, for comparing a changed spec with the task's."""
     probe_kinds: tuple[str, ...]
     """Declaration kinds whose bodies the probes rewrite."""
     decls: Callable[[str], list[closure.Decl]]
     """The declarations the specification closure is made of."""
+    strip: Callable[[str], str] = blank_comments
+    """The code without comments (and docstrings), so escapes are looked for in code only."""
+    trust: Callable[[str], str | None] | None = None
+    """Further ways around the tool that need more than a pattern (Nagini: imports, redefined contract names)."""
+    uninterpreted: Callable[[Contract], bool] = _any
+    """Which contracts are functions that Z3 treats as uninterpreted symbols in the spec comparison."""
+    bodiless_ok: Callable[[Contract], bool] = _any
+    """Whether a declaration may lack a body (one that trusts nothing); the rest are axioms."""
+    layout: Literal["braces", "indent"] = "braces"
+    """Bodies are `{ ... }` (offsets) or indented lines (line numbers): how the probes rewrite them."""
+    assert_false: str = "assert(false);"
+    """The statement the probes insert to ask whether a point is reachable."""
+    warnings: tuple[tuple[str, str], ...] = ()
+    """(pattern, reason): the tool's warnings that say it assumed something instead of proving it."""
 
-    def strip(self, code: str) -> str:
-        return _strip_python(code) if self.name == "nagini" else blank_comments(code)
+
+def _dafny_function(contract: Contract) -> bool:
+    return contract.kind in ("function", "predicate")
+
+
+def _dafny_bodiless_ok(contract: Contract) -> bool:
+    """A Dafny function or predicate with no postcondition is an uninterpreted symbol: nothing can be proved
+    about it. Methods, lemmas and anything with a postcondition are axioms without a body."""
+    return contract.kind in ("function", "predicate") and not contract.ensures
+
+
+def _nagini_pure(contract: Contract) -> bool:
+    return bool({"Pure", "Predicate"} & set(contract.attributes))
 
 
 def _strip_python(code: str) -> str:
@@ -62,74 +94,6 @@ def _strip_python(code: str) -> str:
     return ast.unparse(tree)
 
 
-_ATTR = r"\{\s*:\s*"
-DAFNY = Dialect(
-    "dafny",
-    escapes=(
-        (r"\bassume\b", "assume statements are not allowed"),
-        (r"\bexpect\b", "expect statements are assumed by the verifier and are not allowed"),
-        (_ATTR + r"axiom\b", "{:axiom} is not allowed"),
-        (_ATTR + r"verify\s+(?!true\s*\})", "{:verify false} is not allowed"),
-        (_ATTR + r"extern\b", "{:extern} is not allowed"),
-        (_ATTR + r"(only|focus)\b", "{:only}/{:focus} (other code left unverified) is not allowed"),
-        (
-            _ATTR + r"(selective_checking|start_checking_here|assumption)\b",
-            "attributes that skip checks are not allowed",
-        ),
-        (_ATTR + r"termination\s+false\b", "{:termination false} is not allowed"),
-        (r"^\s*include\b", "include directives are not allowed"),
-        (r"\brefines\b", "module refinement is not allowed"),
-        (r"\bdecreases\s*\*", "decreases * (possible non-termination) is not allowed"),
-    ),
-    contracts=dafny_contracts,
-    translate=semantic.dafny_term,
-    probe_kinds=("method", "lemma"),
-    decls=closure.dafny_decls,
-)
-NAGINI = Dialect(
-    "nagini",
-    escapes=(
-        (r"\bAssume\s*\(", "Assume is not allowed"),
-        (r"\bInhale\s*\(", "Inhale (an assumption) is not allowed"),
-        (r"@\s*ContractOnly\b", "@ContractOnly (a contract trusted without a body) is not allowed"),
-        (r"\bContractOnly\b", "ContractOnly is not allowed"),
-        (r"@\s*Native\b", "@Native (trusted code) is not allowed"),
-        (r"\bDeclassify\s*\(", "Declassify is not allowed"),
-        (r"@\s*(AllLow|PreservesLow)\b", "information-flow trust annotations are not allowed"),
-    ),
-    contracts=nagini_contracts,
-    translate=semantic.python_term,
-    probe_kinds=("def",),
-    decls=closure.nagini_decls,
-)
-VERUS = Dialect(
-    "verus",
-    escapes=(
-        (r"\bassume\s*\(", "assume statements are not allowed"),
-        (r"\badmit\s*\(", "admit is not allowed"),
-        (r"\bassume_specification\b", "assume_specification is not allowed"),
-        (r"\bassume_external\b", "assume_external is not allowed"),
-        (r"#\s*\[\s*verifier\s*(::|\()\s*external", "external code (not verified) is not allowed"),
-        (r"#\s*\[\s*verifier\s*::\s*exec_allows_no_decreases_clause", "non-terminating loops are not allowed"),
-        (
-            r"#\s*!?\s*\[\s*verifier\s*(::|\()\s*(verify\s*\(\s*false|assume\w*|trusted|"
-            r"exec_allows_no_decreases_clause)",
-            "#[verifier::...] attributes that turn verification off are not allowed",
-        ),
-        (r"#\s*!?\s*\[\s*verus\s*::\s*trusted", "#[verus::trusted] is not allowed"),
-        (r"#\s*\[\s*cfg\s*\(", "#[cfg(...)] (code hidden from the verifier) is not allowed"),
-        (r"\bunsafe\b", "unsafe code is not allowed"),
-        (r"\bexternal_fn_specification\b", "external_fn_specification is not allowed"),
-        (r"\bexternal_type_specification\b", "external_type_specification is not allowed"),
-        (r"\bbroadcast\s+axiom\b|\baxiom\s+fn\b", "axioms are not allowed"),
-        (r"\binclude!\s*\(|\binclude_str!\s*\(|#\s*\[\s*path\s*=|\bmod\s+\w+\s*;", "other files are not allowed"),
-    ),
-    contracts=verus_contracts,
-    translate=semantic.dafny_term,
-    probe_kinds=("fn",),
-    decls=closure.verus_decls,
-)
-DIALECTS = {"dafny": DAFNY, "nagini": NAGINI, "verus": VERUS}
 TRIVIAL = {"true", "True", "( true )", "( True )"}
 
 
@@ -162,9 +126,7 @@ def _functions(dialect: Dialect, code: str | None) -> dict[str, str]:
         return {}
     found = {}
     for contract in contracts:
-        if dialect.name == "dafny" and contract.kind not in ("function", "predicate"):
-            continue
-        if dialect.name == "nagini" and not {"Pure", "Predicate"} & set(contract.attributes):
+        if not dialect.uninterpreted(contract):
             continue
         result = "bool" if contract.kind == "predicate" else next(iter(contract.returns.values()), "")
         if result:
@@ -179,7 +141,7 @@ def static_check(dialect: Dialect, code: str, spec: str | None) -> str | None:
     for pattern, escape in dialect.escapes:
         if re.search(pattern, stripped, flags=re.M) and not re.search(pattern, allowed, flags=re.M):
             return escape
-    trust = _nagini_trust(code) if dialect.name == "nagini" else None
+    trust = dialect.trust(code) if dialect.trust is not None else None
     if trust:
         return trust
     try:
@@ -192,7 +154,7 @@ def static_check(dialect: Dialect, code: str, spec: str | None) -> str | None:
             if _trivial_text(clause):
                 return f"trivial postcondition in {contract.name}: ensures {clause.strip()}"
         bodiless_in_spec = contract.name in spec_contracts and spec_contracts[contract.name].body is None
-        if contract.body is None and not bodiless_in_spec and not _abstract_ok(dialect, contract):
+        if contract.body is None and not bodiless_in_spec and not dialect.bodiless_ok(contract):
             return f"{contract.kind} {contract.name} has no body"
     for name, wanted in spec_contracts.items():
         if not (wanted.requires or wanted.ensures):
@@ -224,15 +186,6 @@ def static_check(dialect: Dialect, code: str, spec: str | None) -> str | None:
             if mentioned and trivial is True:
                 return f"the postcondition of {contract.name} holds for any result"
     return None
-
-
-def _abstract_ok(dialect: Dialect, contract: Contract) -> bool:
-    """A declaration without a body that trusts nothing: a Dafny function or predicate with no postcondition
-    (an uninterpreted symbol: nothing can be proved about it). Methods, lemmas and anything with a
-    postcondition are axioms without a body. Nagini and Verus bodies are always present."""
-    if dialect.name != "dafny":
-        return True
-    return contract.kind in ("function", "predicate") and not contract.ensures
 
 
 CONTRACT_NAMES = {
@@ -412,17 +365,17 @@ def probes(dialect: Dialect, code: str, spec: str | None) -> list[tuple[str, str
     except SyntaxError:
         return []
     found: list[tuple[str, str, list[Contract]]] = []
-    if dialect.name == "nagini":
+    if dialect.layout == "indent":
         with_pre = [c for c in targets if c.requires]
         if with_pre:
-            program = _edit_python(code, with_pre, lambda c, body, ind: [f"{ind}Assert(False)", *body])
+            program = _edit_python(code, with_pre, lambda c, body, ind: [ind + dialect.assert_false, *body])
             found.append(("vacuous precondition", program, with_pre))
         loops = [c for c in targets if c.has_loop]
         if loops:
-            program = _edit_python(code, loops, _assert_false_before_return)
+            program = _edit_python(code, loops, _before_return(dialect.assert_false))
             found.append(("unreachable end (a loop that never exits)", program, loops))
         return found
-    false = "assert false;" if dialect.name == "dafny" else "assert(false);"
+    false = dialect.assert_false
     with_pre = [c for c in targets if c.requires]
     if with_pre:
         program = _edit_braces(code, with_pre, lambda c, body: "{ " + false + body[1:])
@@ -437,15 +390,20 @@ def probes(dialect: Dialect, code: str, spec: str | None) -> list[tuple[str, str
     return found
 
 
-def _assert_false_before_return(contract: Contract, body: list[str], indent: str) -> list[str]:
-    last = len(body) - 1
-    while last > 0 and not body[last].strip():
-        last -= 1
-    line = body[last]
-    if line.strip().startswith("return"):
-        here = re.match(r"\s*", line).group(0)  # type: ignore[union-attr]
-        return [*body[:last], f"{here}Assert(False)", *body[last:]]
-    return [*body, f"{indent}Assert(False)"]
+def _before_return(statement: str) -> Callable[[Contract, list[str], str], list[str]]:
+    """An indented body with `statement` before its final return (or at its end)."""
+
+    def edit(contract: Contract, body: list[str], indent: str) -> list[str]:
+        last = len(body) - 1
+        while last > 0 and not body[last].strip():
+            last -= 1
+        line = body[last]
+        if line.strip().startswith("return"):
+            here = re.match(r"\s*", line).group(0)  # type: ignore[union-attr]
+            return [*body[:last], here + statement, *body[last:]]
+        return [*body, indent + statement]
+
+    return edit
 
 
 def _survivors(result: VerifyResult, contracts: list[Contract], code: str, dialect: Dialect) -> list[str]:
@@ -461,7 +419,7 @@ def _survivors(result: VerifyResult, contracts: list[Contract], code: str, diale
     for contract in dialect.contracts(code):
         if contract.name not in {c.name for c in contracts} or contract.body is None:
             continue
-        if dialect.name == "nagini":
+        if dialect.layout == "indent":
             span = contract.header
         else:
             span = (code.count("\n", 0, contract.header[0]) + 1, code.count("\n", 0, contract.body[1]) + 1)
@@ -482,28 +440,105 @@ async def probe_check(dialect: Dialect, code: str, spec: str | None, check: Chec
 
 # --------------------------------------------------------------------------- the tool's own warnings
 
-TRUSTED_WARNINGS: dict[str, tuple[tuple[str, str], ...]] = {
-    "dafny": (
-        (r"loop has no body", "a loop without a body is assumed by Dafny, not proved"),
-        (r"forall statement has no body", "a forall statement without a body is assumed by Dafny, not proved"),
-        (r"has no body", "a statement without a body is assumed by Dafny, not proved"),
-        (r"\bassume\b|\baxiom\b", "Dafny reports an assumption"),
-    ),
-    "verus": ((r"unreachable statement", "an unreachable statement (AlphaVerus's rule: the code never returns)"),),
-}
-"""Warnings with which the tool says it assumed something instead of proving it."""
-
 
 def trusted_warning(dialect: Dialect, result: VerifyResult) -> str | None:
+    """The reason to reject a verified result whose tool warns that it assumed something (the dialect's list)."""
     for diagnostic in result.diagnostics:
         if diagnostic.severity != "warning":
             continue
-        for pattern, reason in TRUSTED_WARNINGS.get(dialect.name, ()):
+        for pattern, reason in dialect.warnings:
             if re.search(pattern, diagnostic.message, flags=re.I):
                 line = f" (line {diagnostic.line})" if diagnostic.line is not None else ""
                 return reason + line
     return None
 
+
+# --------------------------------------------------------------------------- the dialects shipped here
+
+_ATTR = r"\{\s*:\s*"
+DAFNY = Dialect(
+    "dafny",
+    escapes=(
+        (r"\bassume\b", "assume statements are not allowed"),
+        (r"\bexpect\b", "expect statements are assumed by the verifier and are not allowed"),
+        (_ATTR + r"axiom\b", "{:axiom} is not allowed"),
+        (_ATTR + r"verify\s+(?!true\s*\})", "{:verify false} is not allowed"),
+        (_ATTR + r"extern\b", "{:extern} is not allowed"),
+        (_ATTR + r"(only|focus)\b", "{:only}/{:focus} (other code left unverified) is not allowed"),
+        (
+            _ATTR + r"(selective_checking|start_checking_here|assumption)\b",
+            "attributes that skip checks are not allowed",
+        ),
+        (_ATTR + r"termination\s+false\b", "{:termination false} is not allowed"),
+        (r"^\s*include\b", "include directives are not allowed"),
+        (r"\brefines\b", "module refinement is not allowed"),
+        (r"\bdecreases\s*\*", "decreases * (possible non-termination) is not allowed"),
+    ),
+    contracts=dafny_contracts,
+    translate=semantic.dafny_term,
+    probe_kinds=("method", "lemma"),
+    decls=closure.dafny_decls,
+    uninterpreted=_dafny_function,
+    bodiless_ok=_dafny_bodiless_ok,
+    assert_false="assert false;",
+    warnings=(
+        (r"loop has no body", "a loop without a body is assumed by Dafny, not proved"),
+        (r"forall statement has no body", "a forall statement without a body is assumed by Dafny, not proved"),
+        (r"has no body", "a statement without a body is assumed by Dafny, not proved"),
+        (r"\bassume\b|\baxiom\b", "Dafny reports an assumption"),
+    ),
+)
+NAGINI = Dialect(
+    "nagini",
+    escapes=(
+        (r"\bAssume\s*\(", "Assume is not allowed"),
+        (r"\bInhale\s*\(", "Inhale (an assumption) is not allowed"),
+        (r"@\s*ContractOnly\b", "@ContractOnly (a contract trusted without a body) is not allowed"),
+        (r"\bContractOnly\b", "ContractOnly is not allowed"),
+        (r"@\s*Native\b", "@Native (trusted code) is not allowed"),
+        (r"\bDeclassify\s*\(", "Declassify is not allowed"),
+        (r"@\s*(AllLow|PreservesLow)\b", "information-flow trust annotations are not allowed"),
+    ),
+    contracts=nagini_contracts,
+    translate=semantic.python_term,
+    probe_kinds=("def",),
+    decls=closure.nagini_decls,
+    strip=_strip_python,
+    trust=_nagini_trust,
+    uninterpreted=_nagini_pure,
+    layout="indent",
+    assert_false="Assert(False)",
+)
+VERUS = Dialect(
+    "verus",
+    escapes=(
+        (r"\bassume\s*\(", "assume statements are not allowed"),
+        (r"\badmit\s*\(", "admit is not allowed"),
+        (r"\bassume_specification\b", "assume_specification is not allowed"),
+        (r"\bassume_external\b", "assume_external is not allowed"),
+        (r"#\s*\[\s*verifier\s*(::|\()\s*external", "external code (not verified) is not allowed"),
+        (r"#\s*\[\s*verifier\s*::\s*exec_allows_no_decreases_clause", "non-terminating loops are not allowed"),
+        (
+            r"#\s*!?\s*\[\s*verifier\s*(::|\()\s*(verify\s*\(\s*false|assume\w*|trusted|"
+            r"exec_allows_no_decreases_clause)",
+            "#[verifier::...] attributes that turn verification off are not allowed",
+        ),
+        (r"#\s*!?\s*\[\s*verus\s*::\s*trusted", "#[verus::trusted] is not allowed"),
+        (r"#\s*\[\s*cfg\s*\(", "#[cfg(...)] (code hidden from the verifier) is not allowed"),
+        (r"\bunsafe\b", "unsafe code is not allowed"),
+        (r"\bexternal_fn_specification\b", "external_fn_specification is not allowed"),
+        (r"\bexternal_type_specification\b", "external_type_specification is not allowed"),
+        (r"\bbroadcast\s+axiom\b|\baxiom\s+fn\b", "axioms are not allowed"),
+        (r"\binclude!\s*\(|\binclude_str!\s*\(|#\s*\[\s*path\s*=|\bmod\s+\w+\s*;", "other files are not allowed"),
+    ),
+    contracts=verus_contracts,
+    translate=semantic.dafny_term,
+    probe_kinds=("fn",),
+    decls=closure.verus_decls,
+    warnings=((r"unreachable statement", "an unreachable statement (AlphaVerus's rule: the code never returns)"),),
+)
+DIALECTS = {"dafny": DAFNY, "nagini": NAGINI, "verus": VERUS}
+"""The dialects shipped here, by name (benchmarks); the guard reads a verifier's dialect from its descriptor."""
 
 # --------------------------------------------------------------------------- the guarded verifier
 
@@ -547,8 +582,9 @@ class GuardedVerifier:
 
 
 def guarded(verifier: Verifier) -> Verifier:
-    """The verifier with the spec guard when its language has one (the `tests` verifier has none)."""
-    dialect = DIALECTS.get(verifier.name)
+    """The verifier with the spec guard when its descriptor names a dialect (the `tests` verifier has none)."""
+    target = getattr(verifier, "target", None)
+    dialect = getattr(target, "dialect", None)
     if dialect is None:
         return verifier
     wrapped: Verifier = GuardedVerifier(verifier, dialect)

@@ -36,6 +36,8 @@ from veriloop.sandbox.tools import DEFAULT as DEFAULT_SANDBOX
 from veriloop.sandbox.tools import ENV as TOOL_ENV
 from veriloop.sandbox.tools import JOB_DIR, ToolSandbox, joiner, release
 from veriloop.verifiers.base import infra_error, node_score, tool_sandbox
+from veriloop.verifiers.guard import NAGINI
+from veriloop.verifiers.target import VerifierTarget, hash_comments
 
 WORKER = Path(__file__).with_name("nagini_worker.py")
 START_TIMEOUT_S = 600.0
@@ -320,10 +322,28 @@ def result_from_reply(code: str, payload: dict[str, Any], version: str, seconds:
     )
 
 
+TARGET = VerifierTarget(
+    "nagini",
+    language="python",
+    title="Nagini (Python with nagini_contracts)",
+    fence="python",
+    dialect=NAGINI,
+    ensures=r"\bEnsures\s*\(",
+    comments=hash_comments,
+    declarations=r"^\s*(from|import|def|class|@)",
+    exploit_kinds=("def",),
+    shape="Start with `from nagini_contracts.contracts import *` and state the contract with Requires(...) and "
+    "Ensures(...) calls at the top of each function body.",
+    exploit_example=("def ident(x: int) -> int:\n    Ensures(Result() == Result())", "    return 0"),
+    suite="alphaverus-dafny2nagini",
+)
+
+
 class NaginiVerifier:
     """Verifies a Python candidate with Nagini through the shared warm worker."""
 
     name = "nagini"
+    target = TARGET
 
     def __init__(
         self,

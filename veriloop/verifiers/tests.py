@@ -16,6 +16,7 @@ from veriloop.sandbox import Sandbox, default_limits, get_sandbox
 from veriloop.sandbox.job import Limits
 from veriloop.sandbox.languages import harness_job, prompt_helpers, python_tests_job
 from veriloop.verifiers.base import infra_error, node_score
+from veriloop.verifiers.target import VerifierTarget
 
 STATUS = {
     ExecStatus.PASSED: VerifyStatus.VERIFIED,
@@ -63,6 +64,7 @@ class TestsVerifier:
 
     __test__ = False  # not a pytest class
     name = "tests"
+    target = VerifierTarget("tests", title="tests")
 
     def __init__(self, sandbox: Sandbox, limits: Limits | None = None) -> None:
         self.sandbox = sandbox
@@ -96,9 +98,13 @@ class TestsVerifier:
         try:
             if candidate.language == "python":
                 job = python_tests_job(
-                    toolchain, candidate.code, task.tests, entry_point=task.entry_point, limits=self.limits,
+                    toolchain,
+                    candidate.code,
+                    task.tests,
+                    entry_point=task.entry_point,
+                    limits=self.limits,
                     helpers=prompt_helpers(task.prompt, task.entry_point),
-                )  # fmt: skip
+                )
             else:
                 job = harness_job(candidate.language, toolchain, candidate.code, task.tests, limits=self.limits)
         except ConfigError as exc:

@@ -22,6 +22,8 @@ from veriloop.records import Candidate, Diagnostic, Task, VerifyResult, VerifySt
 from veriloop.sandbox.tools import DEFAULT as DEFAULT_SANDBOX
 from veriloop.sandbox.tools import ToolSandbox
 from veriloop.verifiers.base import infra_error, node_score, run_tool, tool_sandbox, tool_version
+from veriloop.verifiers.guard import VERUS
+from veriloop.verifiers.target import VerifierTarget
 
 SOURCE = "program.rs"
 _BLOCK = re.compile(r"^(error|warning|note)(?:\[\w+\])?: (.+)$")
@@ -202,10 +204,27 @@ def judge(returncode: int | None, timed_out: bool, stdout: str, stderr: str) -> 
     )
 
 
+TARGET = VerifierTarget(
+    "verus",
+    language="rust",
+    title="Verus (Rust)",
+    fence="rust",
+    dialect=VERUS,
+    ensures=r"\bensures\b",
+    declarations=r"^\s*(use|verus!|fn|pub|spec|proof)\b",
+    exploit_kinds=("fn",),
+    shape="Include the use statements, the proper start of code using verus!, and an empty fn main() {}.",
+    exploit_example=("fn ident(x: u32) -> (result: u32)\n    ensures result == result\n{", "    0\n}"),
+    rules=((r"&mut(?!\s*Vec\b)", "Mutables for non-vec type are not allowed"),),
+    suite="alphaverus-dafny2verus",
+)
+
+
 class VerusVerifier:
     """Runs Verus when a `verus` binary is on PATH or configured."""
 
     name = "verus"
+    target = TARGET
 
     def __init__(
         self,

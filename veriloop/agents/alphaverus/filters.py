@@ -16,13 +16,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from veriloop.agents.alphaverus.prompts import FENCE, exploit_messages, judge_answer, judge_messages
+from veriloop.agents.alphaverus.prompts import exploit_messages, fence, judge_answer, judge_messages
 from veriloop.llm.base import Backend
 from veriloop.llm.codeblocks import extract_code
 from veriloop.records import Candidate, Message, Node, SamplingParams, Task, VerifyStatus
 from veriloop.store import TrajectoryStore
 from veriloop.verifiers.base import Verifier
-from veriloop.verifiers.spec import dafny_contracts, nagini_contracts, verus_contracts
+from veriloop.verifiers.target import verifier_target
 
 EXPLOIT_PARAMS = SamplingParams(temperature=0.7, max_tokens=128)
 JUDGE_PARAMS = SamplingParams(temperature=0.7, max_tokens=384)
@@ -44,11 +44,15 @@ class Split:
 
 def split_spec(code: str, target: str) -> Split | None:
     """The prefix the exploit model sees, or None when the program has no method with a body and a contract."""
-    if target == "nagini":
-        try:
-            contracts = [c for c in nagini_contracts(code) if c.body is not None and (c.requires or c.ensures)]
-        except SyntaxError:
-            return None
+    descriptor = verifier_target(target)
+    if descriptor.dialect is None:
+        return None
+    try:
+        contracts = [c for c in descriptor.dialect.contracts(code) if c.kind in descriptor.exploit_kinds]
+    except SyntaxError:
+        return None
+    contracts = [c for c in contracts if c.body is not None and (c.requires or c.ensures)]
+    if descriptor.layout == "indent":
         if not contracts:
             return None
         last = max(contracts, key=lambda c: c.header[0])
@@ -57,10 +61,7 @@ def split_spec(code: str, target: str) -> Split | None:
         first, end = last.body
         indent = re.match(r"\s*", lines[first - 1]).group(0)  # type: ignore[union-attr]
         return Split("\n".join(lines[: first - 1]) + "\n", "\n".join(lines[end:]), indent)
-    reader = dafny_contracts if target == "dafny" else verus_contracts
-    kinds = ("method",) if target == "dafny" else ("fn",)
-    contracts = [c for c in reader(code) if c.kind in kinds and c.body is not None and c.name != "main"]
-    contracts = [c for c in contracts if c.requires or c.ensures]
+    contracts = [c for c in contracts if c.name != "main"]
     if not contracts:
         return None
     last = max(contracts, key=lambda c: c.body[0] if c.body else 0)
@@ -86,10 +87,12 @@ def edits_spec(incorrect: str, corrected: str, target: str) -> bool:
 
 def with_body(split: Split, reply: str, target: str) -> str:
     """The spec prefix completed by a proposed body (closing brace added when the reply leaves it open)."""
-    body = extract_code(reply, FENCE.get(target)).rstrip()
-    if target == "nagini":
-        lines = [line if line.startswith(split.indent) or not line.strip() else split.indent + line.lstrip()
-                 for line in body.splitlines()]  # fmt: skip
+    body = extract_code(reply, fence(target)).rstrip()
+    if verifier_target(target).layout == "indent":
+        lines = [
+            line if line.startswith(split.indent) or not line.strip() else split.indent + line.lstrip()
+            for line in body.splitlines()
+        ]
         return split.prefix + "\n".join(lines) + "\n" + split.suffix
     depth = body.count("{") - body.count("}")
     closing = "\n}" if depth >= 0 else ""
@@ -136,15 +139,27 @@ async def exploit_check(
             exploits.append(code)
         nodes.append(
             Node(
-                run_id=candidate.run_id, task_id=candidate.task_id, parent_id=candidate.id, depth=candidate.depth + 1,
-                role="exploit", messages=messages, completion=completion, code=code, verify_result=result,
-                score=1.0 if works else 0.0, metadata={"critique": "exploit", "exploits_spec": works},
+                run_id=candidate.run_id,
+                task_id=candidate.task_id,
+                parent_id=candidate.id,
+                depth=candidate.depth + 1,
+                role="exploit",
+                messages=messages,
+                completion=completion,
+                code=code,
+                verify_result=result,
+                score=1.0 if works else 0.0,
+                metadata={"critique": "exploit", "exploits_spec": works},
             )
-        )  # fmt: skip
+        )
     await asyncio.to_thread(store.add_nodes, nodes)
     if exploits:
-        return Verdict(True, f"the spec admits a trivial body ({len(exploits)} of {samples} verified)",
-                       {"exploits": len(exploits), "samples": samples, "prefix": split.prefix}, exploits)  # fmt: skip
+        return Verdict(
+            True,
+            f"the spec admits a trivial body ({len(exploits)} of {samples} verified)",
+            {"exploits": len(exploits), "samples": samples, "prefix": split.prefix},
+            exploits,
+        )
     return Verdict(False, "no trivial body verified", {"exploits": 0, "samples": samples})
 
 
@@ -168,12 +183,19 @@ async def judge_check(
     yes, no = answers.count("yes"), answers.count("no")
     nodes = [
         Node(
-            run_id=candidate.run_id, task_id=candidate.task_id, parent_id=candidate.id, depth=candidate.depth + 1,
-            role="judge", messages=messages, completion=completion, code=None,
-            score=1.0 if answer == "yes" else 0.0, metadata={"critique": "judge", "answer": answer},
+            run_id=candidate.run_id,
+            task_id=candidate.task_id,
+            parent_id=candidate.id,
+            depth=candidate.depth + 1,
+            role="judge",
+            messages=messages,
+            completion=completion,
+            code=None,
+            score=1.0 if answer == "yes" else 0.0,
+            metadata={"critique": "judge", "answer": answer},
         )
         for completion, answer in zip(completions, answers, strict=True)
-    ]  # fmt: skip
+    ]
     await asyncio.to_thread(store.add_nodes, nodes)
     details = {"yes": yes, "no": no, "unreadable": votes - yes - no, "votes": votes}
     if faulty(yes, no):

@@ -5,13 +5,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from veriloop.agents.alphaverus.prompts import FENCE, followup_turn
+from veriloop.agents.alphaverus.prompts import followup_turn
 from veriloop.agents.alphaverus.rules import rule_violation
 from veriloop.llm.codeblocks import extract_code
 from veriloop.records import Candidate, Message, Node, Task, VerifyResult, VerifyStatus
 from veriloop.search.engine import Evaluation
 from veriloop.search.score import Scorer
 from veriloop.verifiers.base import Verifier
+from veriloop.verifiers.target import verifier_target
 
 FEEDBACK_LINES = 12
 
@@ -29,21 +30,16 @@ def feedback(result: VerifyResult, limit: int = FEEDBACK_LINES) -> str:
     return "\n".join(lines)
 
 
-_START = {
-    "dafny": re.compile(r"^\s*(method|function|predicate|lemma|class|datatype|module|ghost|include|const)\b", re.M),
-    "verus": re.compile(r"^\s*(use|verus!|fn|pub|spec|proof)\b", re.M),
-    "nagini": re.compile(r"^\s*(from|import|def|class|@)", re.M),
-}
-
-
 def program_text(reply: str, target: str) -> str:
     """The reply's code block; a reply with no fence is cut from its first declaration to its last closing brace
     (small models often answer "Here is the program:" followed by bare code)."""
-    if "```" in reply or target not in _START:
-        return extract_code(reply, FENCE.get(target))
-    start = _START[target].search(reply)
+    descriptor = verifier_target(target)
+    if "```" in reply or descriptor.declarations is None:
+        return extract_code(reply, descriptor.fence)
+    starts = re.compile(descriptor.declarations, re.M)
+    start = starts.search(reply)
     text = reply[start.start() :] if start else reply
-    return text.strip("\n") if target == "nagini" else _declarations(text, _START[target]).strip("\n")
+    return text.strip("\n") if descriptor.layout == "indent" else _declarations(text, starts).strip("\n")
 
 
 def _declarations(text: str, starts: re.Pattern[str]) -> str:

@@ -1,29 +1,49 @@
 """AlphaVerus's prompts (Aggarwal et al., arXiv 2412.06176), per target verifier, with exemplars from the pools.
 
 The wording follows the original (translation turn, fix prompt with the verifier's errors, exploit
-critique, equivalence judge); the Verus-specific phrases are swapped for the target's names.
+critique, equivalence judge); the Verus-specific phrases are swapped for the target's names, fences and
+fragments, read from the target verifier's descriptor (`verifiers/target.py`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from veriloop.errors import ConfigError
 from veriloop.records import Message
+from veriloop.verifiers import VERIFIERS
+from veriloop.verifiers.target import verifier_target
 
-LANGUAGE = {"dafny": "Dafny", "nagini": "Nagini (Python with nagini_contracts)", "verus": "Verus (Rust)"}
-FENCE = {"dafny": "dafny", "nagini": "python", "verus": "rust"}
-SHAPE = {
-    "dafny": "",
-    "nagini": " Start with `from nagini_contracts.contracts import *` and state the contract with "
-    "Requires(...) and Ensures(...) calls at the top of each function body.",
-    "verus": " Include the use statements, the proper start of code using verus!, and an empty fn main() {}.",
-}
+
+class _Titles(Mapping[str, str]):
+    """Verifier name -> how prompts name its language, read from the registered descriptors."""
+
+    def __getitem__(self, name: str) -> str:
+        target = verifier_target(name)
+        return target.title or name
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(VERIFIERS)
+
+    def __len__(self) -> int:
+        return len(VERIFIERS)
+
+
+LANGUAGE: Mapping[str, str] = _Titles()
+
+
+def fence(target: str) -> str:
+    """The code block tag of a target's language ("" for a name no verifier has)."""
+    try:
+        return verifier_target(target).fence
+    except ConfigError:
+        return ""
 
 
 def fenced(code: str, target: str) -> str:
-    return f"```{FENCE.get(target, '')}\n{code.strip()}\n```"
+    return f"```{fence(target)}\n{code.strip()}\n```"
 
 
 def translate_turn(source: str, source_language: str, target: str) -> str:
@@ -31,8 +51,13 @@ def translate_turn(source: str, source_language: str, target: str) -> str:
     return (
         f"Consider the following {source_language} code:\n{fenced(source, source_language)}\n"
         f"Convert this to {LANGUAGE[target]} code. Do not change invariants or specifications "
-        f"(requires and ensures clauses).{SHAPE[target]} Reply with the complete program in one code block."
+        f"(requires and ensures clauses).{_shape(target)} Reply with the complete program in one code block."
     )
+
+
+def _shape(target: str) -> str:
+    shape = verifier_target(target).shape
+    return f" {shape}" if shape else ""
 
 
 def hints_turn(program: str) -> str:
@@ -102,14 +127,9 @@ def fix_messages(program: str, errors: str, target: str, exemplars: Sequence[dic
 
 EXPLOIT_SYSTEM = (
     "You are a {language} critique agent. Given a specification (signatures, requires and ensures), propose a "
-    "trivial solution that passes all verification conditions without doing the intended work.\n\n"
-    "### Input Problem\n{example_prefix}\n### Trivial Solution\n{example_body}"
+    "trivial solution that passes all verification conditions without doing the intended work."
 )
-EXPLOIT_EXAMPLES = {
-    "dafny": ("method Id(x: int) returns (r: int)\n  ensures r == r\n{", "  r := 0;\n}"),
-    "nagini": ("def ident(x: int) -> int:\n    Ensures(Result() == Result())", "    return 0"),
-    "verus": ("fn ident(x: u32) -> (result: u32)\n    ensures result == result\n{", "    0\n}"),
-}
+EXPLOIT_EXAMPLE = "\n\n### Input Problem\n{prefix}\n### Trivial Solution\n{body}"
 EXPLOIT_USER = (
     "Write a trivial program that passes the verification of this specification, e.g. returning the default "
     "value, an empty list, False, None, or a value chosen by a simple condition. Only output the additional code "
@@ -118,15 +138,11 @@ EXPLOIT_USER = (
 
 
 def exploit_messages(prefix: str, target: str, critics: Sequence[dict[str, Any]]) -> list[Message]:
-    example_prefix, example_body = EXPLOIT_EXAMPLES[target]
-    system = EXPLOIT_SYSTEM.format(
-        language=LANGUAGE[target],
-        example_prefix=fenced(example_prefix, target),
-        example_body=fenced(example_body, target),
-    )
-    for item in critics:
-        system += f"\n\n### Input Problem\n{fenced(item['prefix'], target)}\n### Trivial Solution\n"
-        system += fenced(item["exploit"], target)
+    descriptor = verifier_target(target)
+    system = EXPLOIT_SYSTEM.format(language=LANGUAGE[target])
+    examples = [descriptor.exploit_example] if descriptor.exploit_example else []
+    for shown, body in [*examples, *((item["prefix"], item["exploit"]) for item in critics)]:
+        system += EXPLOIT_EXAMPLE.format(prefix=fenced(shown, target), body=fenced(body, target))
     return [
         Message(role="system", content=system),
         Message(role="user", content=EXPLOIT_USER.format(prefix=fenced(prefix, target))),
@@ -154,11 +170,8 @@ _ANSWERS = (
 
 
 def strip_comments(code: str, target: str) -> str:
-    if target == "nagini":
-        return "\n".join(line for line in (re.sub(r"#.*$", "", row) for row in code.splitlines()) if line.strip())
-    from veriloop.verifiers.spec import blank_comments
-
-    return "\n".join(line for line in blank_comments(code).splitlines() if line.strip())
+    """The program without comments and blank lines (what the equivalence judge reads)."""
+    return "\n".join(line for line in verifier_target(target).comments(code).splitlines() if line.strip())
 
 
 def judge_messages(target_code: str, source_code: str, target: str, source_language: str) -> list[Message]:

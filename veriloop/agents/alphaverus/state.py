@@ -9,15 +9,16 @@ from pydantic import Field
 from veriloop.agents.base import AgentOptions
 from veriloop.search.budget import Spend
 from veriloop.search.engine import SearchKind
-
-Target = Literal["dafny", "nagini", "verus", "tests"]
+from veriloop.verifiers.target import VerifierChoice as Target
 
 
 class AlphaVerusOptions(AgentOptions):
     """AlphaVerus's knobs; defaults are the paper's code scaled to the embedded model on two cores."""
 
     source: Literal["dafny"] = Field("dafny", description="Language of the source programs.")
-    target: Target | None = Field(None, description="Target verifier; None takes it from the suite's tasks.")
+    target: Target = Field(
+        None, description="Target verifier, any registered one (dafny, nagini, verus, tests); None: the tasks' own."
+    )
     mode: Literal["auto", "translate", "inference"] = Field(
         "auto", description="translate: the self-improving loop; inference: Treefinement from the task's prompt."
     )
