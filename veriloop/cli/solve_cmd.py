@@ -30,6 +30,7 @@ from veriloop.cli.app import JsonFlag, app, emit, state
 from veriloop.config import Settings
 from veriloop.errors import ConfigError, NotFoundError, VerifierError
 from veriloop.records import Attempt, Candidate, Node, Run, VerifyStatus
+from veriloop.verifiers.target import proof_verifier
 
 if TYPE_CHECKING:
     from veriloop.store import TrajectoryStore
@@ -46,8 +47,6 @@ EXTENSIONS = {
     ".go": "go",
 }
 NOT_CHECKED = "no --tests: the translation was only built and run, not functionally checked"
-PROOF_TARGETS = {"dafny": "dafny", "python": "nagini", "rust": "verus"}
-"""Language of a file -> the verifier that proves it when no --tests or --to is given."""
 
 
 @dataclass
@@ -139,9 +138,9 @@ def plan_solve(
         row = {"id": stem, "prompt": prompt, "tests": tests, "public_tests": tests, "reference": None}
         options = {"turns": turns, "n": n, "max_tokens": max_tokens}
         return Plan("mucode", options, row, "tests", "python")
-    if language not in PROOF_TARGETS:
+    target = proof_verifier(language)  # the verifier that proves a file in this language
+    if target is None:
         raise ConfigError(f"a {language} file needs --to LANG (translate) or, for Python, --tests (repair)")
-    target = PROOF_TARGETS[language]
     if language == "python":
         _python_parses(code, path)
     row = {

@@ -40,10 +40,10 @@ from veriloop.sandbox import Limits, Sandbox, StdioCase, default_limits, get_san
 from veriloop.sandbox import languages as langs
 from veriloop.search.score import alphaverus_score
 from veriloop.search.security import Finding, Severity, counted, scan_python
+from veriloop.verifiers.target import VerifierChoice, formal_verifiers, proof_verifier
 
 MAX_CODE = 200_000
 """Characters of code, tests or spec per candidate at most."""
-FORMAL = ("dafny", "nagini", "verus")
 SUITE_PREFIXES = {"HumanEval/": "humaneval", "MBPP/": "mbpp"}
 """Where a bare `task_id` is looked up when the candidate names no suite."""
 
@@ -78,7 +78,7 @@ class JudgeCandidate(Strict):
         "program; a list: stdin/stdout cases.",
     )
     spec: str | None = Field(None, max_length=MAX_CODE, description="Formal specification the candidate must keep.")
-    verifier: Literal["dafny", "nagini", "verus"] | None = Field(None, description="Formal verifier for `spec`.")
+    verifier: VerifierChoice = Field(None, description="Formal verifier for `spec` (dafny, nagini, verus, ...).")
     task_id: str | None = Field(None, max_length=200, description="A task of a registered suite.")
     suite: str | None = Field(None, max_length=100, description="Suite of `task_id` (inferred for HumanEval/MBPP).")
     entry_point: str | None = Field(None, max_length=200, description="Function the Python tests call.")
@@ -95,7 +95,7 @@ class JudgeCandidate(Strict):
         if sum(given) != 1:
             raise ValueError("give exactly one of tests, spec (with verifier) or task_id")
         if self.spec is not None and self.verifier is None:
-            raise ValueError("spec needs a verifier: dafny, nagini or verus")
+            raise ValueError(f"spec needs a verifier: {', '.join(formal_verifiers())}")
         if self.verifier is not None and self.tests is not None:
             raise ValueError("tests are run, not verified: drop verifier")
         return self
@@ -395,8 +395,10 @@ class Judge:
                 spec=candidate.spec,
             )
             name = candidate.verifier or candidate.language
-        if name not in FORMAL:
-            raise ConfigError(f"no formal verifier for {candidate.language!r}; name one of {', '.join(FORMAL)}")
+        formal = formal_verifiers()
+        name = name if name in formal else (proof_verifier(name) or "")
+        if name not in formal:
+            raise ConfigError(f"no formal verifier for {candidate.language!r}; name one of {', '.join(formal)}")
         result: VerifyResult = await self._verifier(name).verify(
             Candidate(task_id=task.id, code=candidate.code, language=candidate.language), task
         )

@@ -84,3 +84,13 @@ def registered(name: str | None) -> str | None:
 VerifierChoice = Annotated[str | None, AfterValidator(registered)]
 """An options or task field naming a verifier, or None: any registered name, checked when the model is validated
 (so the field's type stays a plain `str | None` for the generated CLI flags and JSON schemas)."""
+
+
+def formal_verifiers() -> list[str]:
+    """The registered verifiers that check a specification (their descriptor has a guard dialect)."""
+    return [name for name in VERIFIERS if verifier_target(name).dialect is not None]
+
+
+def proof_verifier(language: str) -> str | None:
+    """The formal verifier whose candidates are written in `language` (the first registered), or None."""
+    return next((name for name in formal_verifiers() if verifier_target(name).language == language), None)
