@@ -391,3 +391,21 @@ def test_the_toy_gets_a_translation_suite_and_a_default_suite(
     assert main([*argv, "--judge-votes", "0", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["suite"] == "alphaverus-dafny2toy" and len(report["attempts"]) == 1
+
+
+async def test_the_judge_api_judges_a_toy_proof(tmp_path: Path) -> None:
+    """`POST /api/judge`'s judge finds the toy through its descriptor, like dafny: honest verified, forged rejected."""
+    from veriloop.config import load_settings
+    from veriloop.search.judge import Judge, JudgeCandidate, RewardOptions
+
+    judge = Judge(load_settings(paths={"home": tmp_path}), security=False)
+    honest = JudgeCandidate(language="toy", code=ABS, spec=SPEC, verifier="toy")
+    escape = SPEC.replace("  y = 0\n", "  assume x == 0\n  y = 0\n")
+    forged = JudgeCandidate(language="toy", code=escape, spec=SPEC, verifier="toy")
+    try:
+        verdicts = await judge.judge_many([honest, forged], RewardOptions())
+    finally:
+        await judge.aclose()
+    assert [v.status for v in verdicts] == ["verified", "rejected"]
+    with pytest.raises(ValueError, match="unknown verifier 'coq'"):
+        JudgeCandidate(language="toy", code=ABS, spec=SPEC, verifier="coq")
