@@ -6,6 +6,9 @@ Every configuration is a stored run made by `agents/runner.py` (create_run / exe
 * `single_turn`: greedy, first turn only (read off the multi-turn run: its first-turn reply, judged
   by every test);
 * `multi_turn`: greedy, up to `--turns` turns with public-test feedback;
+* `multi_turn_unstructured`: the same without the `structured` constraint (each reply one fenced block
+  holding the task's function), so `unparseable_share` (candidates whose code does not parse) shows what
+  the constraint changes;
 * `bon_pt`, `bon_lv`, `bon_pt_lv`, `bon_random`: multi-turn best-of-N (`--n` samples a turn at
   `--temperature`), selection by public tests, the learned verifier of the training round,
   100 x public + verifier, or at random;
@@ -35,7 +38,16 @@ from veriloop.config import Settings
 from veriloop.llm.base import Backend
 from veriloop.records import Completion, Prompt, SamplingParams
 
-KEYS = ("single_turn", "multi_turn", "bon_pt", "bon_lv", "bon_pt_lv", "bon_random", "after_training_multi_turn")
+KEYS = (
+    "single_turn",
+    "multi_turn",
+    "multi_turn_unstructured",
+    "bon_pt",
+    "bon_lv",
+    "bon_pt_lv",
+    "bon_random",
+    "after_training_multi_turn",
+)
 
 
 def _say(message: str) -> None:
@@ -112,6 +124,22 @@ def _repeat_rate(nodes: Sequence[Any]) -> tuple[int, int]:
     return repeats, repairs
 
 
+def _unparseable(nodes: Sequence[Any]) -> float | None:
+    """Share of generated candidates (generate and refine nodes) whose code is not valid Python."""
+    import ast
+
+    codes = [node.code or "" for node in nodes if node.role in ("generate", "refine")]
+    if not codes:
+        return None
+    broken = 0
+    for code in codes:
+        try:
+            ast.parse(code)
+        except (SyntaxError, ValueError):
+            broken += 1
+    return round(broken / len(codes), 4)
+
+
 def _single_turn(nodes: Sequence[Any]) -> int:
     """Tasks whose first-turn reply passed every test (the episode ended at turn 1 with a passing final check)."""
     return sum(
@@ -183,6 +211,15 @@ async def _measure(settings: Settings, args: argparse.Namespace) -> dict[str, An
                 results["single_turn"] = _single_turn(nodes) / args.tasks
                 repeats, repairs = _repeat_rate(nodes)
                 extra["multi_turn_repeats"] = {"repeated": repeats, "repair_turns": repairs}
+                extra.setdefault("unparseable_share", {})["multi_turn"] = _unparseable(nodes)
+            save_partial()
+        if "multi_turn_unstructured" not in skip:
+            with contextlib.suppress(Exception):
+                plain = {**common, "n": 1, "structured": False}
+                run_id, passed = await measure("multi_turn_unstructured", plain, base, args.suite, args.tasks)
+                results["multi_turn_unstructured"] = passed / args.tasks
+                unparseable = _unparseable(store.list_nodes(run_id))
+                extra.setdefault("unparseable_share", {})["multi_turn_unstructured"] = unparseable
             save_partial()
         if "after_training_multi_turn" not in skip or not {"bon_lv", "bon_pt_lv"} <= skip:
             options = {
