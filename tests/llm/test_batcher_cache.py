@@ -194,3 +194,65 @@ def test_specprefill_scoring_does_not_stop_other_rows(tiny: tuple[Any, Any], mon
     finally:
         release.set()
         batcher.close()
+
+
+def _ascii_window(text: str, size: int = 3) -> str:
+    """A printable ASCII run of `size` characters from the middle of `text` (a stop string it surely holds)."""
+    start = next(i for i in range(5, len(text) - size) if all(" " < c < "~" for c in text[i : i + size]))
+    return text[start : start + size]
+
+
+def test_greedy_matches_sequential_as_rows_of_different_lengths_join_and_leave(tiny: tuple[Any, Any]) -> None:
+    """Prompts of different lengths join while rows decode (chunked 8 tokens a step), rows leave at
+    different times and free slots take the next prompt; n=2 shares one prefill; a stop string cuts one
+    row; logprobs are recorded on another. Every greedy sample is transformers' batch-1 greedy output."""
+    model, tokenizer = tiny
+    batcher = ContinuousBatcher(
+        model, tokenizer, max_batch_size=3, eos_token_ids=[], prefill_chunk=8, prefix_cache_bytes=0
+    )
+    try:
+        first_ids = encode(tokenizer, "abc")
+        heard = threading.Event()
+        first = batcher.submit(first_ids, [SampleSpec(max_tokens=40)], [lambda _: heard.set()])[0]
+        assert heard.wait(60)  # the first row is decoding: everything below joins mid-decode
+        stop_ids = encode(tokenizer, "def add(a, b):")
+        stop_reference = reference_greedy(model, stop_ids, 40)
+        stop_text = tokenizer.decode(stop_reference, skip_special_tokens=True)
+        stop = _ascii_window(stop_text)
+        jobs = [  # (prompt ids, samples)
+            (encode(tokenizer, "The quick brown fox jumps over the lazy dog. " * 2), [SampleSpec(max_tokens=9)] * 2),
+            (encode(tokenizer, "x" * 23), [SampleSpec(max_tokens=25, logprobs=True)]),
+            (stop_ids, [SampleSpec(max_tokens=40, stop=("never there", stop))]),
+            (encode(tokenizer, "z"), [SampleSpec(max_tokens=3)]),
+            (encode(tokenizer, "print('hi')\n" * 6), [SampleSpec(max_tokens=14, logprobs=True)] * 2),
+        ]
+        futures = [batcher.submit(ids, samples) for ids, samples in jobs]
+        assert first.result(timeout=120).token_ids == reference_greedy(model, first_ids, 40)
+        for (ids, samples), group in zip(jobs, futures, strict=True):
+            outputs = [future.result(timeout=120) for future in group]
+            spec = samples[0]
+            reference = reference_greedy(model, ids, spec.max_tokens)
+            for output in outputs:
+                if spec.stop:
+                    assert output.finish_reason == "stop"
+                    assert output.text == stop_text[: stop_text.index(stop)]
+                    assert output.token_ids == reference[: len(output.token_ids)]
+                    continue
+                assert output.token_ids == reference and output.finish_reason == "length"
+                if spec.logprobs:
+                    with torch.inference_mode():
+                        logits = model(input_ids=torch.tensor([ids + reference])).logits[0].float()
+                    expected = torch.log_softmax(logits, dim=-1)
+                    wanted = [float(expected[len(ids) - 1 + i, t]) for i, t in enumerate(reference)]
+                    assert output.logprobs == pytest.approx(wanted, abs=1e-4)
+                else:
+                    assert output.logprobs is None
+        # Seven samples went through three slots; prompts were read in chunks beside decoding rows;
+        # the slots were reused in place (the buffers were allocated once, never rebuilt).
+        assert batcher.peak_rows == 3 and batcher.active_rows == 0
+        assert batcher.stats.mixed_steps > len(jobs) + 1  # more prefill steps than prompts: chunks
+        assert batcher.stats.prefill_tokens == len(first_ids) + sum(len(ids) for ids, _ in jobs)  # n=2: one prefill
+        cache = batcher.cache
+        assert isinstance(cache, SlotKVCache) and cache.grows == 1
+    finally:
+        batcher.close()

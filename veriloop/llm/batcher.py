@@ -52,7 +52,15 @@ import torch
 
 from veriloop.errors import BackendError, ConfigError
 from veriloop.llm.constraints import ConstraintEngine, RowMatcher, mask_rows
-from veriloop.llm.kv_cache import Chunk, KVStore, SlotKVCache, StepLayout, saved_columns, saved_nbytes
+from veriloop.llm.kv_cache import (
+    Chunk,
+    KVStore,
+    SlotKVCache,
+    StepLayout,
+    lengths_mask,
+    saved_columns,
+    saved_nbytes,
+)
 from veriloop.llm.packed import PackedDecoder
 from veriloop.records import Constraint
 
@@ -640,15 +648,21 @@ class ContinuousBatcher:
         def tensor(values: list[int]) -> torch.Tensor:
             return torch.tensor(values, dtype=torch.long, device=device)
 
+        decode_slots = [row.slot for row in decoding]
+        decode_lengths = tensor(lengths)
+        longest = max(lengths, default=0)
         layout = StepLayout(
             slots=tensor(slots),
             columns=tensor(columns),
             positions=tensor(positions),
             decode=len(decoding),
-            decode_slots=tensor([row.slot for row in decoding]),
-            decode_lengths=tensor(lengths),
+            decode_slots=tensor(decode_slots),
+            decode_lengths=decode_lengths,
             slots_used=used,
             chunks=tuple(laid),
+            longest=longest,
+            in_order=decode_slots == list(range(used)),
+            mask=lengths_mask(decode_lengths, longest) if decoding else None,
         )
         logit_index = tensor(list(range(len(decoding))) + [ends[id(group)] for group in finishing])
         self.stats.schedule_s += time.perf_counter() - started

@@ -155,7 +155,7 @@ class CommVQSlotCache:
 
     def decode_attention(self, layer: int, layout: StepLayout, q: torch.Tensor, scale: float) -> torch.Tensor:
         used = layout.slots_used
-        longest = int(layout.decode_lengths.max())
+        longest = layout.longest or int(layout.decode_lengths.max())
         full = q.new_zeros((used, *q.shape[1:]))
         full[layout.decode_slots] = q
         out = self._attend(layer, slice(0, used), longest, full, decode_mask(layout, q.device), scale)

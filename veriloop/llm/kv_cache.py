@@ -51,6 +51,12 @@ class StepLayout:
     decode_lengths: torch.Tensor  # (slots_used,) long: columns each slot attends over (1 for unused slots)
     slots_used: int
     chunks: tuple[Chunk, ...]
+    longest: int = 0
+    """max(decode_lengths), known on the host (0: read it from the tensor); every layer needs it."""
+    in_order: bool = False
+    """Decoding row i sits in slot i for every i < slots_used (its queries need no scattering)."""
+    mask: torch.Tensor | None = None
+    """`decode_mask` built once for the step (every layer reuses it)."""
 
 
 class KVStore(Protocol):
@@ -80,8 +86,16 @@ def grown_capacity(columns: int) -> int:
     return -(-(columns + CAPACITY_CHUNK // 2) // CAPACITY_CHUNK) * CAPACITY_CHUNK
 
 
+def lengths_mask(lengths: torch.Tensor, longest: int) -> torch.Tensor:
+    """(len(lengths), 1, 1, longest) boolean: row s sees its first lengths[s] columns."""
+    columns = torch.arange(longest, device=lengths.device)
+    return (columns[None, :] < lengths[:, None])[:, None, None, :]
+
+
 def decode_mask(layout: StepLayout, device: torch.device) -> torch.Tensor:
     """(slots_used, 1, 1, longest) boolean: slot s sees its first decode_lengths[s] columns."""
+    if layout.mask is not None:
+        return layout.mask.to(device)
     longest = int(layout.decode_lengths.max())
     columns = torch.arange(longest, device=device)
     return (columns[None, :] < layout.decode_lengths.to(device)[:, None])[:, None, None, :]
@@ -95,6 +109,12 @@ def causal_chunk_mask(start: int, count: int, group: int, device: torch.device) 
 
 def scatter_decode_queries(layout: StepLayout, q: torch.Tensor) -> torch.Tensor:
     """Decode queries (decode, kv_heads, group, d) placed at their slots: (slots_used, kv_heads, group, d)."""
+    if layout.in_order:
+        return q
+    if layout.longest:  # precomputed: the rows are not in slot order
+        full = q.new_zeros((layout.slots_used, *q.shape[1:]))
+        full[layout.decode_slots.to(q.device)] = q
+        return full
     order = torch.arange(layout.decode, device=layout.decode_slots.device)
     if layout.decode == layout.slots_used and bool((layout.decode_slots == order).all()):
         return q
@@ -147,7 +167,7 @@ class SlotKVCache:
 
     def decode_attention(self, layer: int, layout: StepLayout, q: torch.Tensor, scale: float) -> torch.Tensor:
         """One query token per decoding row, each over its own slot's columns: (decode, kv_heads, group, d)."""
-        longest = int(layout.decode_lengths.max())
+        longest = layout.longest or int(layout.decode_lengths.max())
         used = layout.slots_used
         keys = self.keys[layer][:used, :, :longest]
         values = self.values[layer][:used, :, :longest]
