@@ -41,6 +41,9 @@ def _log(message: str) -> None:
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="veriloop bench alphaverus", description=__doc__)
     parser.add_argument("--dafny-tasks", type=int, default=4, help="DafnyBench hints-removed programs (shortest).")
+    parser.add_argument(
+        "--scan", type=int, default=40, help="DafnyBench programs read (the first N) before the hints filter."
+    )
     parser.add_argument("--humaneval-tasks", type=int, default=8, help="First HumanEval problems.")
     parser.add_argument("--width", type=int, default=4, help="Tree width.")
     parser.add_argument("--depth", type=int, default=2, help="Tree depth (budget = width x depth LLM calls).")
@@ -214,6 +217,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     from veriloop.llm import get_backend
     from veriloop.sandbox import get_sandbox
     from veriloop.tasks import load_suite
+    from veriloop.tasks.dafny import load_dafnybench_hints
 
     settings = settings.model_copy(update={"llm": settings.llm.model_copy(update={"max_batch_size": args.batch})})
     chosen = [name.strip() for name in args.settings.split(",") if name.strip()]
@@ -224,7 +228,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     result["config"]["model"] = backend.model_id
     try:
         if "dafny_hints" in chosen:
-            suite = load_suite("dafnybench-hints", settings)
+            suite = load_dafnybench_hints(settings, scan=args.scan)
             tasks = sorted(suite.tasks, key=lambda task: len(task.prompt))[: args.dafny_tasks]
             _log(f"dafny_hints: {len(tasks)} programs of {suite.name} ({suite.version})")
             for infill in [mode.strip() for mode in args.infill.split(",") if mode.strip()]:

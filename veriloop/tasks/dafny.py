@@ -77,12 +77,12 @@ def cached_filter(
     return [item for item in items if verdicts.get(item["key"]) is None], version
 
 
-def _dafnybench(settings: Settings) -> tuple[list[dict[str, Any]], str, str | None]:
+def _dafnybench(settings: Settings, scan: int = SCAN) -> tuple[list[dict[str, Any]], str, str | None]:
     """(records with key, ground_truth, hints_removed; where from; Dafny version already filtered for, if any)."""
     data = settings.paths.data_dir
     path = data / "dafnybench" / "DafnyBench" / "test.json" if data else None
     if path is not None and path.exists():
-        raw = json.loads(path.read_text())[:SCAN]
+        raw = json.loads(path.read_text())[:scan]
         source, checked = str(path), None
     else:
         bundle = json.loads(BUNDLED.read_text())
@@ -110,9 +110,10 @@ def _keep_hints(settings: Settings) -> Callable[[dict[str, Any]], str | None]:
     return keep
 
 
-def load_dafnybench_hints(settings: Settings) -> Suite:
-    """DafnyBench hints-removed programs to complete with hints, verified by Dafny (target `dafny`)."""
-    items, source, checked = _dafnybench(settings)
+def load_dafnybench_hints(settings: Settings, scan: int = SCAN) -> Suite:
+    """DafnyBench hints-removed programs to complete with hints, verified by Dafny (target `dafny`); the first
+    `scan` programs of the data file are considered (benchmarks may look further than the default)."""
+    items, source, checked = _dafnybench(settings, scan)
     version = dafny_version(settings)
     if checked != version:
         items, version = cached_filter(settings, "dafnybench-hints", items, _keep_hints(settings))
