@@ -57,10 +57,14 @@ def test_hints_suite_from_a_data_folder_keeps_what_needs_hints(tmp_path: Path) -
     assert dafny_status(load_settings(), bundled.reference or "") is VerifyStatus.VERIFIED
     trivial = "method Id(x: int) returns (y: int)\n  ensures y == x\n{\n  y := x;\n}\n"
     rows = [
-        {"test_ID": "000", "test_file": "Needs_hints.dfy", "ground_truth": bundled.reference,
-         "hints_removed": bundled.prompt},
+        {
+            "test_ID": "000",
+            "test_file": "Needs_hints.dfy",
+            "ground_truth": bundled.reference,
+            "hints_removed": bundled.prompt,
+        },
         {"test_ID": "001", "test_file": "Trivial.dfy", "ground_truth": trivial, "hints_removed": trivial},
-    ]  # fmt: skip
+    ]
     folder = tmp_path / "data" / "dafnybench" / "DafnyBench"
     folder.mkdir(parents=True)
     (folder / "test.json").write_text(json.dumps(rows))

@@ -36,8 +36,9 @@ def _file(tmp_path: Path, name: str, rows: list[dict[str, Any]]) -> str:
 async def _run(settings: Settings, task: Task, code: str) -> ExecStatus:
     sandbox = get_sandbox(settings)
     try:
-        job = python_tests_job(sandbox.toolchain, code, task.tests, entry_point=task.entry_point,
-                               limits=default_limits(settings))  # fmt: skip
+        job = python_tests_job(
+            sandbox.toolchain, code, task.tests, entry_point=task.entry_point, limits=default_limits(settings)
+        )
         return (await sandbox.run(job)).status
     finally:
         await sandbox.aclose()
@@ -51,13 +52,21 @@ HUMANEVAL_ROW = {
     "entry_point": "inc",
 }
 MBPP_ROW = {
-    "task_id": 901, "text": "Write a function to double a number.", "code": "def dbl(x):\n  return 2 * x",
-    "test_list": ["assert dbl(2) == 4", "assert dbl(0) == 0"], "test_setup_code": "", "challenge_test_list": [],
-}  # fmt: skip
+    "task_id": 901,
+    "text": "Write a function to double a number.",
+    "code": "def dbl(x):\n  return 2 * x",
+    "test_list": ["assert dbl(2) == 4", "assert dbl(0) == 0"],
+    "test_setup_code": "",
+    "challenge_test_list": [],
+}
 SANITIZED_ROW = {
-    "source_file": "x", "task_id": 902, "prompt": "Write a function to negate.", "code": "def neg(x):\n  return -x",
-    "test_imports": ["import math"], "test_list": ["assert neg(1) == -1", "assert neg(0) == 0"],
-}  # fmt: skip
+    "source_file": "x",
+    "task_id": 902,
+    "prompt": "Write a function to negate.",
+    "code": "def neg(x):\n  return -x",
+    "test_imports": ["import math"],
+    "test_list": ["assert neg(1) == -1", "assert neg(0) == 0"],
+}
 
 
 async def test_humaneval_and_mbpp_files(tmp_path: Path, settings: Settings) -> None:
@@ -81,11 +90,16 @@ def test_format_can_be_named_and_a_wrong_one_reports_rows(tmp_path: Path, settin
 
 async def test_evalplus_outputs_come_from_the_reference_run_in_the_sandbox(tmp_path: Path, settings: Settings) -> None:
     row = {
-        **HUMANEVAL_ROW, "task_id": "HumanEval/903", "prompt": "def half(x):\n",
+        **HUMANEVAL_ROW,
+        "task_id": "HumanEval/903",
+        "prompt": "def half(x):\n",
         "canonical_solution": "    if x == 7:\n        raise ValueError('no')\n    return x / 2\n",
-        "entry_point": "half", "base_input": [[4]], "plus_input": [[3], [7], [1e9]], "atol": 1e-6,
+        "entry_point": "half",
+        "base_input": [[4]],
+        "plus_input": [[3], [7], [1e9]],
+        "atol": 1e-6,
         "contract": "",
-    }  # fmt: skip
+    }
     suite = load_suite(_file(tmp_path, "plus.jsonl", [row]), settings)
     [task] = suite.tasks
     assert suite.version.startswith("evalplus;") and task.metadata["evalplus"]["dropped"] == 1  # 7 raises
@@ -101,32 +115,55 @@ async def test_evalplus_outputs_come_from_the_reference_run_in_the_sandbox(tmp_p
 
 async def test_apps_codecontests_and_livecodebench(tmp_path: Path, settings: Settings) -> None:
     apps = [
-        {"problem_id": 1, "question": "Print a+b.", "solutions": json.dumps(["print(sum(map(int, input().split())))"]),
-         "input_output": json.dumps({"inputs": ["1 2\n", "3 4\n"], "outputs": ["3\n", "7\n"]}), "starter_code": ""},
-        {"problem_id": 2, "question": "Return x*3.", "solutions": "[]", "starter_code": "def triple(x):",
-         "input_output": json.dumps({"fn_name": "triple", "inputs": [[1], [2]], "outputs": [[3], [6]]})},
-    ]  # fmt: skip
+        {
+            "problem_id": 1,
+            "question": "Print a+b.",
+            "solutions": json.dumps(["print(sum(map(int, input().split())))"]),
+            "input_output": json.dumps({"inputs": ["1 2\n", "3 4\n"], "outputs": ["3\n", "7\n"]}),
+            "starter_code": "",
+        },
+        {
+            "problem_id": 2,
+            "question": "Return x*3.",
+            "solutions": "[]",
+            "starter_code": "def triple(x):",
+            "input_output": json.dumps({"fn_name": "triple", "inputs": [[1], [2]], "outputs": [[3], [6]]}),
+        },
+    ]
     suite = load_suite(_file(tmp_path, "apps.jsonl", apps), settings)
     stdin_task, call_task = suite.tasks
     assert stdin_task.id == "apps/1" and stdin_task.metadata["stdio_cases"] == 2 and call_task.entry_point == "triple"
     solution = 'if __name__ == "__main__":\n    print(sum(map(int, input().split())))\n'
     assert await _run(settings, stdin_task, solution) is ExecStatus.PASSED
     assert await _run(settings, call_task, "def triple(x):\n    return 3 * x\n") is ExecStatus.PASSED
-    contests = [{
-        "name": "1_A", "description": "Echo the number.", "source": 2, "difficulty": 7,
-        "public_tests": {"input": ["5\n"], "output": ["5\n"]}, "private_tests": {"input": ["9\n"], "output": ["9\n"]},
-        "generated_tests": {"input": [], "output": []},
-        "solutions": {"language": [2, 3], "solution": ["int main(){}", "print(input())"]},
-    }]  # fmt: skip
+    contests = [
+        {
+            "name": "1_A",
+            "description": "Echo the number.",
+            "source": 2,
+            "difficulty": 7,
+            "public_tests": {"input": ["5\n"], "output": ["5\n"]},
+            "private_tests": {"input": ["9\n"], "output": ["9\n"]},
+            "generated_tests": {"input": [], "output": []},
+            "solutions": {"language": [2, 3], "solution": ["int main(){}", "print(input())"]},
+        }
+    ]
     [echo] = load_suite(_file(tmp_path, "cc.jsonl", contests), settings).tasks
     assert echo.reference == "print(input())" and echo.public_tests is not None
     assert echo.public_tests.count("assert ") == 1 and echo.tests.count("assert ") == 2
     private = json.dumps([{"input": "2\n", "output": "4\n", "testtype": "stdin"}])
     packed = base64.b64encode(zlib.compress(pickle.dumps(private))).decode()
-    lcb = {"question_title": "Twice", "question_content": "Print 2n.", "question_id": "abc1", "platform": "atcoder",
-           "public_test_cases": json.dumps([{"input": "1\n", "output": "2\n", "testtype": "stdin"}]),
-           "private_test_cases": packed, "starter_code": "", "difficulty": "easy",
-           "contest_date": "2024-01-01"}  # fmt: skip
+    lcb = {
+        "question_title": "Twice",
+        "question_content": "Print 2n.",
+        "question_id": "abc1",
+        "platform": "atcoder",
+        "public_test_cases": json.dumps([{"input": "1\n", "output": "2\n", "testtype": "stdin"}]),
+        "private_test_cases": packed,
+        "starter_code": "",
+        "difficulty": "easy",
+        "contest_date": "2024-01-01",
+    }
     [twice] = load_suite(_file(tmp_path, "lcb.jsonl", [lcb]), settings).tasks
     assert twice.id == "livecodebench/abc1" and twice.metadata["stdio_cases"] == 2
     hostile = base64.b64encode(zlib.compress(pickle.dumps(Path("/etc/passwd")))).decode()
@@ -135,8 +172,12 @@ async def test_apps_codecontests_and_livecodebench(tmp_path: Path, settings: Set
 
 
 def test_dafnybench_rows(tmp_path: Path, settings: Settings) -> None:
-    row = {"test_ID": "007", "test_file": "Clover_abs_no_hints.dfy", "ground_truth": "method A() {}\n",
-           "hints_removed": "method A() {}\n"}  # fmt: skip
+    row = {
+        "test_ID": "007",
+        "test_file": "Clover_abs_no_hints.dfy",
+        "ground_truth": "method A() {}\n",
+        "hints_removed": "method A() {}\n",
+    }
     path = tmp_path / "test.json"
     path.write_text(json.dumps([row]))
     [task] = load_suite(str(path), settings).tasks
@@ -149,10 +190,15 @@ def test_transcoder_rows_with_test_programs_beside_the_file(tmp_path: Path, sett
     folder = tmp_path / "transcoder_evaluation_gfg" / "python"
     folder.mkdir(parents=True)
     (folder / "ADD_ONE.py").write_text(script)
-    rows = [{"id": "ADD_ONE", "cpp": "int addOne(int x) { return x + 1; }",
-             "python": "def addOne(x):\n    return x + 1"},
-            {"id": "INLINE", "cpp": "int f(int x) { return x; }", "java": "static int f(int x) { return x; }",
-             "tests": {"python": script}}]  # fmt: skip
+    rows = [
+        {"id": "ADD_ONE", "cpp": "int addOne(int x) { return x + 1; }", "python": "def addOne(x):\n    return x + 1"},
+        {
+            "id": "INLINE",
+            "cpp": "int f(int x) { return x; }",
+            "java": "static int f(int x) { return x; }",
+            "tests": {"python": script},
+        },
+    ]
     suite = load_suite(_file(tmp_path, "samples.jsonl", rows), settings)
     first, second = suite.tasks
     assert first.id == "transcoder/ADD_ONE" and first.metadata["tests"]["python"].startswith("#TOFILL")

@@ -11,8 +11,17 @@ import pytest
 from veriloop.cli import main
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-FORMATS = {"veriloop", "humaneval", "mbpp", "evalplus", "apps", "codecontests", "livecodebench", "dafnybench",
-           "transcoder"}  # fmt: skip
+FORMATS = {
+    "veriloop",
+    "humaneval",
+    "mbpp",
+    "evalplus",
+    "apps",
+    "codecontests",
+    "livecodebench",
+    "dafnybench",
+    "transcoder",
+}
 
 
 def section() -> str:

@@ -67,8 +67,9 @@ def test_mbpp_without_a_data_folder_is_a_config_error(tmp_path: Path) -> None:
 async def _passes(task: Task, code: str, tests: str, settings: Settings) -> bool:
     sandbox = get_sandbox(settings)
     try:
-        job = python_tests_job(sandbox.toolchain, code, tests, entry_point=task.entry_point,
-                               limits=default_limits(settings))  # fmt: skip
+        job = python_tests_job(
+            sandbox.toolchain, code, tests, entry_point=task.entry_point, limits=default_limits(settings)
+        )
         return (await sandbox.run(job)).passed
     finally:
         await sandbox.aclose()

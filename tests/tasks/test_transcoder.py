@@ -85,17 +85,28 @@ def test_suites_without_the_data_folder_download_their_archive_once(
 ) -> None:
     base, seen = served
     gfg = "data/transcoder_evaluation_gfg"
-    _archive(tmp_path / "www" / "codegen.tar.gz", "CodeGen-e3e8855", {
-        f"{gfg}/python/ADD_ONE.py": _PY_SCRIPT, f"{gfg}/cpp/ADD_ONE.cpp": _CPP_SCRIPT,
-        f"{gfg}/rust/src/RAW.rs": "#![register_tool(c2rust)]", f"{gfg}/LICENSE": "CC BY-SA 2.0",
-        "codegen_sources/model.py": "unrelated",
-    }, hostile=True)  # fmt: skip
+    _archive(
+        tmp_path / "www" / "codegen.tar.gz",
+        "CodeGen-e3e8855",
+        {
+            f"{gfg}/python/ADD_ONE.py": _PY_SCRIPT,
+            f"{gfg}/cpp/ADD_ONE.cpp": _CPP_SCRIPT,
+            f"{gfg}/rust/src/RAW.rs": "#![register_tool(c2rust)]",
+            f"{gfg}/LICENSE": "CC BY-SA 2.0",
+            "codegen_sources/model.py": "unrelated",
+        },
+        hostile=True,
+    )
     samples = json.dumps({"id": "ADD_ONE", "cpp": "int addOne(int x) { return x + 1; }", "python": "def addOne(x):"})
-    _archive(tmp_path / "www" / "unitrans.tar.gz", "FSE-24-UniTrans-e0bbac5", {
-        "cleaned_data/testable_samples.jsonl": samples + "\n",
-        "cleaned_data/transcoder_evaluation_gfg/python/ADD_ONE.py": _PY_SCRIPT,
-        "cleaned_data/templates/prompt.py": "unrelated",
-    })  # fmt: skip
+    _archive(
+        tmp_path / "www" / "unitrans.tar.gz",
+        "FSE-24-UniTrans-e0bbac5",
+        {
+            "cleaned_data/testable_samples.jsonl": samples + "\n",
+            "cleaned_data/transcoder_evaluation_gfg/python/ADD_ONE.py": _PY_SCRIPT,
+            "cleaned_data/templates/prompt.py": "unrelated",
+        },
+    )
     monkeypatch.setattr(transcoder, "GFG_ARCHIVE_URL", f"{base}/codegen.tar.gz")
     monkeypatch.setattr(transcoder, "UNITRANS_ARCHIVE_URL", f"{base}/unitrans.tar.gz")
     settings = load_settings(paths={"home": tmp_path / "home", "data_dir": None})
@@ -141,8 +152,14 @@ def test_offline_or_a_bad_archive_says_what_to_do(tmp_path: Path, served: tuple[
     base, _ = served
     _archive(tmp_path / "www" / "other.tar.gz", "Other-1", {"README.md": "nothing here"})
     with pytest.raises(ConfigError, match="no files under data/transcoder_evaluation_gfg/"):
-        fetch_folder(f"{base}/other.tar.gz", "data/transcoder_evaluation_gfg/", ("python/",), tmp_path / "t",
-                     what="x", instead="y")  # fmt: skip
+        fetch_folder(
+            f"{base}/other.tar.gz",
+            "data/transcoder_evaluation_gfg/",
+            ("python/",),
+            tmp_path / "t",
+            what="x",
+            instead="y",
+        )
     assert not (tmp_path / "t").exists() and not list((tmp_path / "home").rglob("*.tar.gz"))
 
 
@@ -230,8 +247,16 @@ def test_references_pass_their_own_test_program(
         pytest.skip(f"the {language} toolchain is not installed")
     task = load_suite(suite, settings).select(ids=[f"{suite}/{function}"]).tasks[0]
     names = task.metadata["names"]
-    item = Translation(task.id, language, language, "", names[language], task.metadata["functions"][language],
-                       names[language], task.metadata["tests"][language])  # fmt: skip
+    item = Translation(
+        task.id,
+        language,
+        language,
+        "",
+        names[language],
+        task.metadata["functions"][language],
+        names[language],
+        task.metadata["tests"][language],
+    )
     job = harness_job(language, toolchain, fill_slot(item.reference, item), item.tests)
     result = asyncio.run(sandbox.run(job))  # type: ignore[attr-defined]
     assert result.status is ExecStatus.PASSED, result

@@ -109,8 +109,10 @@ def test_z3_models_verus_machine_integers() -> None:
     assert semantic.implies({"x": "u8"}, [], ["x < 256"], semantic.dafny_term) is True
     assert semantic.implies({"x": "u8"}, [], ["x < 255"], semantic.dafny_term) is False
     assert semantic.implies({"x": "i32"}, [], ["x >= -2147483648"], semantic.dafny_term) is True
-    assert semantic.implies({"v": "Vec<u32>"}, [], ["forall|i: int| 0 <= i < v@.len() ==> v[i] >= 0"],
-                            semantic.dafny_term) is True  # fmt: skip
+    assert (
+        semantic.implies({"v": "Vec<u32>"}, [], ["forall|i: int| 0 <= i < v@.len() ==> v[i] >= 0"], semantic.dafny_term)
+        is True
+    )
 
 
 class Recorded:

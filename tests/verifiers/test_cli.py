@@ -39,8 +39,19 @@ def test_tests_verifier_from_the_cli(tmp_path: Path, capsys: pytest.CaptureFixtu
     program, tests = tmp_path / "add.py", tmp_path / "tests.py"
     program.write_text("def add(a, b):\n    return a + b\n")
     tests.write_text("def check(candidate):\n    assert candidate(2, 3) == 5\n")
-    argv = ["--home", str(tmp_path), "verify", str(program), "--verifier", "tests", "--tests", str(tests),
-            "--entry-point", "add", "--json"]  # fmt: skip
+    argv = [
+        "--home",
+        str(tmp_path),
+        "verify",
+        str(program),
+        "--verifier",
+        "tests",
+        "--tests",
+        str(tests),
+        "--entry-point",
+        "add",
+        "--json",
+    ]
     code, out, _ = _run(capsys, *argv)
     assert code == 0 and json.loads(out)["status"] == "verified"
 
@@ -51,8 +62,17 @@ def test_stored_task_supplies_spec_and_tests(tmp_path: Path, capsys: pytest.Capt
     from veriloop.store import TrajectoryStore
 
     with TrajectoryStore.from_settings(load_settings(paths={"home": tmp_path})) as store:
-        store.upsert_tasks([Task(id="demo/add", suite="demo", prompt="", entry_point="add",
-                                 tests="def check(candidate):\n    assert candidate(2, 3) == 5\n")])  # fmt: skip
+        store.upsert_tasks(
+            [
+                Task(
+                    id="demo/add",
+                    suite="demo",
+                    prompt="",
+                    entry_point="add",
+                    tests="def check(candidate):\n    assert candidate(2, 3) == 5\n",
+                )
+            ]
+        )
     program = tmp_path / "add.py"
     program.write_text("def add(a, b):\n    return a * b\n")
     argv = ["--home", str(tmp_path), "verify", str(program), "--verifier", "tests", "--task", "demo/add", "--json"]

@@ -12,8 +12,13 @@ from veriloop.verifiers.dafny import DafnyVerifier
 from veriloop.verifiers.guard import DAFNY, GuardedVerifier, probe_check
 
 DATA = Path(__file__).parent / "data"
-V, F, S, T, R = (VerifyStatus.VERIFIED, VerifyStatus.FAILED, VerifyStatus.SYNTAX_ERROR, VerifyStatus.TIMEOUT,
-                 VerifyStatus.REJECTED)  # fmt: skip
+V, F, S, T, R = (
+    VerifyStatus.VERIFIED,
+    VerifyStatus.FAILED,
+    VerifyStatus.SYNTAX_ERROR,
+    VerifyStatus.TIMEOUT,
+    VerifyStatus.REJECTED,
+)
 
 EXPECTED: dict[str, tuple[VerifyStatus, str]] = {
     # name: (status, error class or a word of the rejection reason)
@@ -42,8 +47,14 @@ EXPECTED: dict[str, tuple[VerifyStatus, str]] = {
     "hack_decreases_star": (R, "decreases *"),
 }
 
-DAFNYBENCH = ["Clover_abs", "Clover_array_sum", "Clover_below_zero", "Clover_avg", "Clover_array_copy",
-              "Clover_binary_search"]  # fmt: skip
+DAFNYBENCH = [
+    "Clover_abs",
+    "Clover_array_sum",
+    "Clover_below_zero",
+    "Clover_avg",
+    "Clover_array_copy",
+    "Clover_binary_search",
+]
 """Ground-truth programs that Debian's Dafny 2.3 verifies (many DafnyBench files need newer syntax)."""
 
 

@@ -66,8 +66,10 @@ def test_solver_time_outs_are_timeouts() -> None:
 
 
 def test_newer_dafny_summary_and_time_outs() -> None:
-    text = "program.dfy(5,2): Error: a postcondition could not be proved on this return path\n\n" \
-        "Dafny program verifier finished with 3 verified, 1 error, 2 time outs\n"  # fmt: skip
+    text = (
+        "program.dfy(5,2): Error: a postcondition could not be proved on this return path\n\n"
+        "Dafny program verifier finished with 3 verified, 1 error, 2 time outs\n"
+    )
     report = parse_output(text)
     assert (report.verified, report.errors, report.timeouts) == (3, 1, 2)
     assert report.diagnostics[0].kind == "postcondition"

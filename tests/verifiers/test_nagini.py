@@ -12,8 +12,13 @@ from veriloop.verifiers.guard import NAGINI, GuardedVerifier
 from veriloop.verifiers.nagini import NaginiVerifier, WorkerError, classify, result_from_reply
 
 DATA = Path(__file__).parent / "data" / "nagini"
-V, F, S, T, R = (VerifyStatus.VERIFIED, VerifyStatus.FAILED, VerifyStatus.SYNTAX_ERROR, VerifyStatus.TIMEOUT,
-                 VerifyStatus.REJECTED)  # fmt: skip
+V, F, S, T, R = (
+    VerifyStatus.VERIFIED,
+    VerifyStatus.FAILED,
+    VerifyStatus.SYNTAX_ERROR,
+    VerifyStatus.TIMEOUT,
+    VerifyStatus.REJECTED,
+)
 
 EXPECTED: dict[str, tuple[VerifyStatus, str]] = {
     "abs_ok": (V, ""),
@@ -43,13 +48,21 @@ RECORDED_FAILURE = {
     "id": 1,
     "status": "failed",
     "errors": [
-        {"id": "postcondition.violated:assertion.false", "message": "Postcondition of dec might not hold.",
-         "line": 11, "column": 13},
-        {"id": "invariant.not.established:assertion.false", "message": "Loop invariant might not hold on entry.",
-         "line": 22, "column": 19},
+        {
+            "id": "postcondition.violated:assertion.false",
+            "message": "Postcondition of dec might not hold.",
+            "line": 11,
+            "column": 13,
+        },
+        {
+            "id": "invariant.not.established:assertion.false",
+            "message": "Loop invariant might not hold on entry.",
+            "line": 22,
+            "column": 19,
+        },
     ],
     "text": "Verification failed",
-}  # fmt: skip
+}
 PROGRAM = (
     "def inc(x: int) -> int:\n    return x\n\n\n" + "\n" * 5 + "def dec(x: int) -> int:\n    return x\n" + "\n" * 8
 )

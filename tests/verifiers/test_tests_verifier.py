@@ -17,9 +17,11 @@ def test_exec_results_map_onto_verdicts() -> None:
     passed = result_from_exec(ExecResult(status=ExecStatus.PASSED, tests=[TestOutcome(name="t1", passed=True)]))
     assert (passed.status, passed.verified, passed.errors, passed.score) == (VerifyStatus.VERIFIED, 1, 0, 1.0)
     half = result_from_exec(
-        ExecResult(status=ExecStatus.FAILED, tests=[TestOutcome(name="a", passed=True),
-                                                    TestOutcome(name="b", passed=False, message="assert 1 == 2")])
-    )  # fmt: skip
+        ExecResult(
+            status=ExecStatus.FAILED,
+            tests=[TestOutcome(name="a", passed=True), TestOutcome(name="b", passed=False, message="assert 1 == 2")],
+        )
+    )
     assert (half.status, half.verified, half.errors, half.score) == (VerifyStatus.FAILED, 1, 1, 0.5)
     assert half.diagnostics[0].kind == "test" and "assert 1 == 2" in half.diagnostics[0].message
     compile_error = result_from_exec(ExecResult(status=ExecStatus.COMPILE_ERROR, stderr="SyntaxError: bad"))

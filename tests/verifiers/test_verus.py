@@ -49,20 +49,35 @@ JSON_STDOUT = json.dumps({"verification-results": {"verified": 4, "errors": 1, "
 JSON_STDERR = "\n".join(
     json.dumps(item)
     for item in [
-        {"level": "error", "message": "precondition not satisfied",
-         "spans": [{"file_name": "program.rs", "line_start": 9, "line_end": 9, "column_start": 5, "is_primary": True,
-                    "label": "failed precondition"}]},
+        {
+            "level": "error",
+            "message": "precondition not satisfied",
+            "spans": [
+                {
+                    "file_name": "program.rs",
+                    "line_start": 9,
+                    "line_end": 9,
+                    "column_start": 5,
+                    "is_primary": True,
+                    "label": "failed precondition",
+                }
+            ],
+        },
         {"level": "error", "message": "aborting due to 1 previous error", "spans": []},
     ]
-)  # fmt: skip
+)
 
 
 def test_plain_output_blocks_summary_and_score() -> None:
     report = parse_output(PLAIN_STDOUT, PLAIN_STDERR)
     assert (report.verified, report.errors) == (2, 3)
     assert [(b.type, b.start_line) for b in report.blocks] == [
-        ("error", 12), ("error", 20), ("note", 25), ("error", 30), ("error", None)
-    ]  # fmt: skip
+        ("error", 12),
+        ("error", 20),
+        ("note", 25),
+        ("error", 30),
+        ("error", None),
+    ]
     assert (report.n_err, report.n_note) == (3, 1)
     result = judge(1, False, PLAIN_STDOUT, PLAIN_STDERR)
     assert result.status is VerifyStatus.FAILED

@@ -97,8 +97,9 @@ class Slot:
 
 def _blank_comments(program: str) -> str:
     """The program with comments and string literals replaced by spaces (offsets kept)."""
-    return re.sub(r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\])*\"", lambda m: re.sub(r"[^\n]", " ", m.group()), program,
-                  flags=re.S)  # fmt: skip
+    return re.sub(
+        r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\])*\"", lambda m: re.sub(r"[^\n]", " ", m.group()), program, flags=re.S
+    )
 
 
 def hint_slots(program: str) -> list[Slot]:

@@ -12,8 +12,9 @@ from veriloop.tasks.formats.evalplus import finish_evalplus
 
 def task_row(task: Task) -> dict[str, Any]:
     """A Task built by an existing loader, as a task-file row."""
-    row = task.model_dump(include={"id", "prompt", "language", "entry_point", "tests", "public_tests", "spec",
-                                   "reference", "metadata"})  # fmt: skip
+    row = task.model_dump(
+        include={"id", "prompt", "language", "entry_point", "tests", "public_tests", "spec", "reference", "metadata"}
+    )
     return {key: value for key, value in row.items() if value is not None}
 
 
