@@ -7,8 +7,8 @@ Every configuration is a stored run made by `agents/runner.py` (create_run / exe
   by every test);
 * `multi_turn`: greedy, up to `--turns` turns with public-test feedback;
 * `multi_turn_unstructured`: the same without the `structured` constraint (each reply one fenced block
-  holding the task's function), so `unparseable_share` (candidates whose code does not parse) shows what
-  the constraint changes;
+  holding the task's function), so `reply_shapes` (candidates without a code block, candidates whose code
+  does not parse) shows what the constraint changes;
 * `bon_pt`, `bon_lv`, `bon_pt_lv`, `bon_random`: multi-turn best-of-N (`--n` samples a turn at
   `--temperature`), selection by public tests, the learned verifier of the training round,
   100 x public + verifier, or at random;
@@ -124,20 +124,22 @@ def _repeat_rate(nodes: Sequence[Any]) -> tuple[int, int]:
     return repeats, repairs
 
 
-def _unparseable(nodes: Sequence[Any]) -> float | None:
-    """Share of generated candidates (generate and refine nodes) whose code is not valid Python."""
+def _reply_shapes(nodes: Sequence[Any]) -> dict[str, float] | None:
+    """Over generated candidates (generate and refine nodes): the share whose reply holds no fenced code block
+    (prose), and the share whose code is not valid Python (prose, or a block cut off by the length limit)."""
     import ast
 
-    codes = [node.code or "" for node in nodes if node.role in ("generate", "refine")]
-    if not codes:
+    candidates = [node for node in nodes if node.role in ("generate", "refine")]
+    if not candidates:
         return None
-    broken = 0
-    for code in codes:
+    prose = broken = 0
+    for node in candidates:
+        prose += node.completion is not None and "```" not in node.completion.text
         try:
-            ast.parse(code)
+            ast.parse(node.code or "")
         except (SyntaxError, ValueError):
             broken += 1
-    return round(broken / len(codes), 4)
+    return {"without_code_block": round(prose / len(candidates), 4), "unparseable": round(broken / len(candidates), 4)}
 
 
 def _single_turn(nodes: Sequence[Any]) -> int:
@@ -211,15 +213,15 @@ async def _measure(settings: Settings, args: argparse.Namespace) -> dict[str, An
                 results["single_turn"] = _single_turn(nodes) / args.tasks
                 repeats, repairs = _repeat_rate(nodes)
                 extra["multi_turn_repeats"] = {"repeated": repeats, "repair_turns": repairs}
-                extra.setdefault("unparseable_share", {})["multi_turn"] = _unparseable(nodes)
+                extra.setdefault("reply_shapes", {})["multi_turn"] = _reply_shapes(nodes)
             save_partial()
         if "multi_turn_unstructured" not in skip:
             with contextlib.suppress(Exception):
                 plain = {**common, "n": 1, "structured": False}
                 run_id, passed = await measure("multi_turn_unstructured", plain, base, args.suite, args.tasks)
                 results["multi_turn_unstructured"] = passed / args.tasks
-                unparseable = _unparseable(store.list_nodes(run_id))
-                extra.setdefault("unparseable_share", {})["multi_turn_unstructured"] = unparseable
+                shapes = _reply_shapes(store.list_nodes(run_id))
+                extra.setdefault("reply_shapes", {})["multi_turn_unstructured"] = shapes
             save_partial()
         if "after_training_multi_turn" not in skip or not {"bon_lv", "bon_pt_lv"} <= skip:
             options = {

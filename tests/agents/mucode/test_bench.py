@@ -36,7 +36,8 @@ def test_bench_reports_every_key_with_a_scripted_model(tmp_path: Path) -> None:
     assert result["pass_at_1"]["single_turn"] == 0.0 and result["pass_at_1"]["bon_random"] == 0.0
     assert result["training_round"]["metrics"]["rollouts"] == 2 and partial.is_file()
     assert "single_turn" in result["table"] and result["bon_cache"]["hits"] > 0
-    shares = result["unparseable_share"]  # echoed prompts parse: both runs report a share, with and without
-    assert set(shares) == {"multi_turn", "multi_turn_unstructured"} and all(0 <= v <= 1 for v in shares.values())
+    shapes = result["reply_shapes"]  # both runs report their replies' shapes, with and without the constraint
+    assert set(shapes) == {"multi_turn", "multi_turn_unstructured"}
+    assert all(0 <= share <= 1 for run in shapes.values() for share in run.values())
     with TrajectoryStore.from_settings(settings) as store:
         assert {run.id for run in store.list_runs()} >= set(result["runs"].values())
