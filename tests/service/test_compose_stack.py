@@ -230,6 +230,12 @@ def test_a_run_survives_losing_its_worker_and_is_exported(stack: tuple[Stack, ht
     assert len(finished) == TASKS and set(finished.values()) == {1}, attempts
     nodes_after = {node["id"] for node in client.get(f"/api/runs/{run_id}/nodes").json()}
     assert nodes_before <= nodes_after, f"nodes lost: {nodes_before - nodes_after}"
+    # The candidates ran in bubblewrap inside the worker containers (bounded by rlimits where, as here, the containers
+    # cannot make job cgroups: docs/service.md), and no execution ended in a sandbox failure.
+    executions = client.get(f"/api/runs/{run_id}/executions").json()
+    assert executions, "no candidate was executed"
+    assert {e["execution"]["sandbox"] for e in executions} == {"bwrap"}, executions[:3]
+    assert [e for e in executions if e["execution"]["status"] == "infra_error"] == [], executions
 
     dashboard = client.get("/", headers={"Accept": "text/html"})
     assert dashboard.status_code == 200 and run_id in dashboard.text
