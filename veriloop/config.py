@@ -104,6 +104,11 @@ class SandboxSettings(Section):
     open_files: int = Field(256, ge=16, description="Default open file descriptors per job process.")
     disk_mb: int = Field(64, ge=1, description="Default size of a job's private /work and /tmp, in MiB.")
     warm_workers: int = Field(2, ge=0, le=64, description="Pre-started sandboxes kept for reuse; 0 = cold only.")
+    cgroups: Literal["required", "auto", "off"] = Field(
+        "required",
+        description="Per-job cgroups of the bwrap backend: required (a job fails when they cannot be made), auto (fall "
+        "back to per-job rlimits, RLIMIT_AS and RLIMIT_NPROC, where they cannot; the worker container), off (rlimits).",
+    )
     work_root: Path | None = Field(None, description="Host folder for job inputs; None = the system temp folder.")
     docker_image: str = Field("veriloop-sandbox:local", description="Image of the docker backend.")
     docker_url: str | None = Field(None, description="Docker engine URL; None = DOCKER_HOST or the local socket.")

@@ -7,6 +7,12 @@ on the host) and runs its steps as uid 65534 with no capabilities, no new privil
 blocked. The cgroup (memory, pids) binds root as well; the pid namespace and --die-with-parent take the whole tree
 down.
 
+Where job cgroups cannot be made (a container whose cgroup file system is read-only), `sandbox.cgroups` decides:
+`required` fails the job, `auto` and `off` bound each job with rlimits instead (RLIMIT_AS for memory, RLIMIT_NPROC
+for processes, both binding because the job runs as uid 65534) under the container's own cgroup limits. A job gets
+either a cgroup or those rlimits, never neither: languages whose runtimes reserve address space up front (JVM,
+Node, Go) are refused there.
+
 Cold jobs start one bwrap each. Warm workers keep a bwrap with a zygote and a supervisor waiting (see runner.py
 `serve`): each step is a fresh fork of a process that has never seen job data, in a fresh tmpfs work dir and a
 fresh IPC namespace per job.
@@ -17,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import logging
 import os
 import shutil
 import subprocess
@@ -46,6 +53,8 @@ from veriloop.sandbox.base import (
 from veriloop.sandbox.cgroups import JobCgroup, cgroups
 from veriloop.sandbox.job import JOB_UID, Job
 
+log = logging.getLogger(__name__)
+
 RUNNER_DIR = "/opt/veriloop"
 RUNNER_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "TZ": "UTC", "PYTHONHASHSEED": "0"}
 # Capabilities the root runner keeps inside: mounts for the job's tmpfs, chown of its files, the uid drop, the
@@ -57,6 +66,51 @@ MAX_JOBS_PER_WORKER = 500
 READY_TIMEOUT_S = 60.0
 PASSWD = "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/work:/bin/sh\n"
 GROUP = "root:x:0:\nnogroup:x:65534:\n"
+CGROUP_MODES = ("required", "auto", "off")
+# Runtimes that reserve address space up front: RLIMIT_AS cannot be their memory limit (they fail to start).
+NO_ADDRESS_LIMIT = frozenset({"java", "javascript", "go"})
+
+
+def rlimit_bounds(job: Job, uid: int | None, why: str) -> dict[str, int]:
+    """The runner's limits that bound a job's memory and processes where no cgroup does, or SandboxError.
+
+    RLIMIT_NPROC does not bind root and RLIMIT_AS does not fit every runtime: a job neither can bound is refused,
+    never run without a memory or process limit.
+    """
+    if uid is None or uid == 0:
+        raise SandboxError(f"no job cgroup ({why}) and the job runs as root, where RLIMIT_NPROC does not bind")
+    if job.language in NO_ADDRESS_LIMIT:
+        raise SandboxError(
+            f"no job cgroup ({why}), and RLIMIT_AS cannot limit {job.language}'s memory (its runtime reserves "
+            "address space up front): run this language where job cgroups work (sandbox.cgroups=required)"
+        )
+    return {"address_space_bytes": job.limits.memory_mb << 20, "nproc": job.limits.pids}
+
+
+class JobBounds:
+    """Makes each job's cgroup, or says why there is none (`auto` decides once, at the first failure)."""
+
+    def __init__(self, mode: str) -> None:
+        if mode not in CGROUP_MODES:
+            raise SandboxError(f"sandbox.cgroups must be one of {', '.join(CGROUP_MODES)}, not {mode!r}")
+        self.mode = mode
+        self.reason: str | None = "sandbox.cgroups=off" if mode == "off" else None
+        self._lock = threading.Lock()
+
+    def group(self, memory_bytes: int, pids: int) -> JobCgroup | None:
+        """A job cgroup with these limits; None where rlimit_bounds() must stand in; SandboxError when required."""
+        if self.reason is not None:
+            return None
+        try:
+            return cgroups().create(memory_bytes, pids)
+        except SandboxError as exc:
+            if self.mode == "required":
+                raise
+            with self._lock:
+                first, self.reason = self.reason is None, f"sandbox.cgroups=auto: {exc}"
+            if first:
+                log.warning("bwrap jobs are bounded by rlimits (RLIMIT_AS, RLIMIT_NPROC), not cgroups: %s", exc)
+            return None
 
 
 @cache
@@ -149,8 +203,9 @@ class BwrapSandbox:
 
     name = "bwrap"
 
-    def __init__(self, *, warm_workers: int = 2, work_root: Path | None = None) -> None:
+    def __init__(self, *, warm_workers: int = 2, work_root: Path | None = None, cgroups: str = "required") -> None:
         self.warm_workers = warm_workers
+        self.bounds = JobBounds(cgroups)
         self.root = _work_root(work_root)
         self._toolchain = host_toolchain()
         cache_runner_bytecode()
@@ -163,7 +218,14 @@ class BwrapSandbox:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> BwrapSandbox:
-        return cls(warm_workers=settings.sandbox.warm_workers, work_root=settings.sandbox.work_root)
+        section = settings.sandbox
+        return cls(warm_workers=section.warm_workers, work_root=section.work_root, cgroups=section.cgroups)
+
+    def _fallback(self, job: Job, group: JobCgroup | None) -> dict[str, int]:
+        """The rlimits this job needs on top of its spec: none with a cgroup, memory and processes without one."""
+        if group is not None:
+            return {}
+        return rlimit_bounds(job, JOB_UID, self.bounds.reason or "no cgroup")
 
     @property
     def toolchain(self) -> Toolchain:
@@ -198,16 +260,18 @@ class BwrapSandbox:
         group: JobCgroup | None = None
         try:
             limits = job.limits
-            group = cgroups().create(limits.memory_mb << 20, limits.pids + PIDS_OVERHEAD)
+            group = self.bounds.group(limits.memory_mb << 20, limits.pids + PIDS_OVERHEAD)
+            extra = self._fallback(job, group)
             argv = bwrap_argv(self._toolchain, self.root, "once")
             spec = runner_spec(job, work_dir="/work", mount=True, uid=JOB_UID, kill="others", oom_protect=True)
+            spec["limits"].update(extra)
             started = time.monotonic()
             proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                preexec_fn=_joiner(group.join_paths()),
+                preexec_fn=_joiner(group.join_paths()) if group is not None else None,
                 close_fds=True,
             )
             deadline = job.total_time_s() + ANSWER_SLACK_S
@@ -215,7 +279,8 @@ class BwrapSandbox:
                 out, err = await asyncio.to_thread(proc.communicate, frame(spec), deadline)
             except subprocess.TimeoutExpired:
                 proc.kill()
-                group.kill()
+                if group is not None:
+                    group.kill()
                 proc.communicate()
                 return infra_error(
                     f"the sandbox runner did not answer within {deadline:.0f} s",
@@ -225,7 +290,8 @@ class BwrapSandbox:
                 )
             except asyncio.CancelledError:
                 proc.kill()
-                group.kill()
+                if group is not None:
+                    group.kill()
                 raise
             raw = parse_runner_output(out.decode(errors="replace"))
             if raw is None:
@@ -236,7 +302,7 @@ class BwrapSandbox:
                 raw,
                 sandbox=self.name,
                 version=self.version,
-                oom_kills=group.oom_kills(),
+                oom_kills=group.oom_kills() if group is not None else 0,
                 peak_bytes=None,
             )
         finally:
@@ -250,7 +316,12 @@ class BwrapSandbox:
         worker = await self._acquire()
         healthy = False
         try:
-            raw, oom, healthy = await worker.execute(job)
+            try:
+                extra = self._fallback(job, worker.group)
+            except SandboxError:  # refused before the job reached the worker, which stays good
+                healthy = worker.ready
+                raise
+            raw, oom, healthy = await worker.execute(job, extra)
         finally:
             self._release(worker, healthy)
         if raw is None:
@@ -270,7 +341,7 @@ class BwrapSandbox:
                     break
             await asyncio.sleep(0.005)
         try:
-            worker = WarmWorker(self._toolchain, self.root)
+            worker = WarmWorker(self._toolchain, self.root, self.bounds)
             with self._lock:
                 self._live.add(worker)
             return worker
@@ -320,8 +391,8 @@ class BwrapSandbox:
 class WarmWorker:
     """One pre-started bwrap with the zygote and supervisor (runner.py `serve`); one job at a time."""
 
-    def __init__(self, toolchain: Toolchain, root: Path) -> None:
-        self.group = cgroups().create(512 << 20, 64 + PIDS_OVERHEAD)
+    def __init__(self, toolchain: Toolchain, root: Path, bounds: JobBounds) -> None:
+        self.group = bounds.group(512 << 20, 64 + PIDS_OVERHEAD)
         self.limits = (512 << 20, 64 + PIDS_OVERHEAD)
         self.oom_seen = 0
         self.jobs = 0
@@ -331,7 +402,7 @@ class WarmWorker:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
-            preexec_fn=_joiner(self.group.join_paths()),
+            preexec_fn=_joiner(self.group.join_paths()) if self.group is not None else None,
             close_fds=True,
             bufsize=0,
         )
@@ -356,8 +427,10 @@ class WarmWorker:
             raise SandboxError(f"the warm sandbox did not start: {line[:200]!r}")
         self.ready = True
 
-    async def execute(self, job: Job) -> tuple[dict[str, Any] | None, int | str, bool]:
+    async def execute(self, job: Job, extra: dict[str, int]) -> tuple[dict[str, Any] | None, int | str, bool]:
         """Run one job; returns (runner result or None, oom kills or an error message, worker still healthy).
+
+        `extra`: rlimits added to the job's (the memory and process bounds where this worker has no cgroup).
 
         The pipes are driven from the event loop itself (no thread per job: two fewer hand-offs per check).
         """
@@ -366,16 +439,17 @@ class WarmWorker:
             await self.wait_ready()
             limits = job.limits
             wanted = (limits.memory_mb << 20, limits.pids + PIDS_OVERHEAD)
-            if wanted != self.limits:
+            if wanted != self.limits and self.group is not None:
                 self.group.set_limits(*wanted)
                 self.limits = wanted
             spec = runner_spec(job, work_dir="/work", mount=True, uid=JOB_UID, kill="others")
+            spec["limits"].update(extra)
             await self._write(frame(spec))
             line = await asyncio.wait_for(self._read_line(), job.total_time_s() + ANSWER_SLACK_S)
             raw = parse_runner_output(line.decode(errors="replace"))
             if raw is None:
                 return None, f"unreadable runner answer {line[:200]!r}", False
-            oom_total = self.group.oom_kills()
+            oom_total = self.group.oom_kills() if self.group is not None else 0
             oom, self.oom_seen = oom_total - self.oom_seen, oom_total
             return raw, oom, raw.get("clean") is True
         except TimeoutError:
@@ -421,14 +495,16 @@ class WarmWorker:
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
-            self.proc.kill()
-        self.group.kill()
+            self.proc.kill()  # without a cgroup, the pid namespace ends with bwrap (--die-with-parent)
+        if self.group is not None:
+            self.group.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
         for stream in (self.proc.stdin, self.proc.stdout):
             if stream is not None:
                 stream.close()
-        self.group.remove()
+        if self.group is not None:
+            self.group.remove()
 
 
 _live: weakref.WeakSet[BwrapSandbox] = weakref.WeakSet()

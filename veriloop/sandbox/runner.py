@@ -393,6 +393,9 @@ def _set_limits(limits: dict[str, Any]) -> None:
     address_space = limits.get("address_space_bytes")
     if address_space:
         resource.setrlimit(resource.RLIMIT_AS, (int(address_space), int(address_space)))
+    nproc = limits.get("nproc")  # binds the job's uid (not root): where no cgroup's pids.max does
+    if nproc:
+        resource.setrlimit(resource.RLIMIT_NPROC, (int(nproc), int(nproc)))
 
 
 def _child(spec: dict[str, Any], step: dict[str, Any], fds: tuple[int, ...]) -> None:
