@@ -65,7 +65,9 @@ def test_workers_sandbox_with_bubblewrap_and_no_docker_socket_by_default() -> No
     assert worker["environment"]["VERILOOP_SANDBOX__BACKEND"] == "bwrap"
     assert not any("docker.sock" in volume for volume in worker.get("volumes", []))
     assert worker["cap_drop"] == ["ALL"] and "SYS_ADMIN" in worker["cap_add"]
-    assert "NET_ADMIN" not in worker["cap_add"] and "SYS_PTRACE" not in worker["cap_add"]
+    assert "SYS_PTRACE" not in worker["cap_add"] and "NET_ADMIN" in worker["cap_add"]  # bwrap's loopback
+    assert any(opt.endswith("docker/worker-seccomp.json") for opt in worker["security_opt"])  # ours, not unconfined
+    assert worker["environment"]["VERILOOP_SANDBOX__CGROUPS"] == "auto" and worker["pids_limit"] == 2048
     socket_mode = yaml.safe_load(config("-f", "compose.socket.yaml", "config"))["services"]
     assert socket_mode["worker"]["environment"]["VERILOOP_SANDBOX__BACKEND"] == "docker"
     assert "/var/run/docker.sock:/var/run/docker.sock:rw" in socket_mode["worker"]["volumes"]
