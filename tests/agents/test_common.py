@@ -3,6 +3,7 @@ and the reducers that join AlphaVerus's per-task branches."""
 
 from __future__ import annotations
 
+import asyncio
 import operator
 from dataclasses import dataclass
 from typing import Annotated, Any, TypedDict
@@ -14,7 +15,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
 from veriloop.agents.alphaverus.state import add_counts, add_spend, merge
-from veriloop.agents.common import run_graph, share_passed, stable_seed
+from veriloop.agents.common import gather_as_finished, run_graph, share_passed, stable_seed
 from veriloop.records import ExecResult, ExecStatus, TestOutcome
 
 
@@ -88,3 +89,33 @@ def test_branch_reducers_join_per_task_writes() -> None:
     assert add_counts({"exploit": 1}, {"exploit": 2, "judge": 1}) == {"exploit": 3, "judge": 1}
     total = add_spend({"a": {"llm_calls": 2.0, "tokens": 10.0}}, {"a": {"llm_calls": 1.0}, "b": {"tokens": 5.0}})
     assert total["a"]["llm_calls"] == 3.0 and total["a"]["tokens"] == 10.0 and total["b"]["tokens"] == 5.0
+
+
+async def test_gather_as_finished_reaps_the_rest_when_one_fails_or_its_caller_is_cancelled() -> None:
+    """A worker that loses its lease cancels the run: no task of it may keep writing after another worker took over."""
+    seen: list[int] = []
+    ended: list[str] = []
+
+    async def job(index: int, delay: float, fail: bool = False) -> int:
+        try:
+            await asyncio.sleep(delay)
+        except asyncio.CancelledError:
+            ended.append(f"cancelled {index}")
+            raise
+        if fail:
+            raise ValueError(f"job {index} failed")
+        ended.append(f"finished {index}")
+        return index
+
+    assert await gather_as_finished([job(0, 0.02), job(1, 0.0)], seen.append) == [1, 0] and seen == [1, 0]
+    ended.clear()
+    with pytest.raises(ValueError, match="job 1 failed"):
+        await gather_as_finished([job(0, 0.0), job(1, 0.01, fail=True), job(2, 10)])
+    assert ended == ["finished 0", "cancelled 2"]  # the slow one did not outlive the failure
+    ended.clear()
+    caller = asyncio.create_task(gather_as_finished([job(0, 0.0), job(1, 10), job(2, 10)]))
+    await asyncio.sleep(0.05)
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    assert ended == ["finished 0", "cancelled 1", "cancelled 2"]

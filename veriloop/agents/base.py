@@ -81,12 +81,9 @@ class Agent(ABC, Generic[OptionsT]):
             async with gate:
                 return await self.solve(task, ctx)
 
-        attempts: list[Attempt] = []
-        for finished in asyncio.as_completed([one(task) for task in tasks]):
-            attempt = await finished
-            attempts.append(attempt)
-            await notify(on_attempt, attempt)
-        return attempts
+        from veriloop.agents.common import gather_as_finished
+
+        return await gather_as_finished([one(task) for task in tasks], on_attempt)
 
     @property
     def learns(self) -> bool:

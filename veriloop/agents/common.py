@@ -7,9 +7,11 @@ and their score, and running a graph so that an interrupted thread resumes from 
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import zlib
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -20,6 +22,29 @@ from veriloop.llm.codeblocks import fenced_block
 from veriloop.records import Constraint, ExecResult, Task
 from veriloop.sandbox import default_limits
 from veriloop.sandbox.languages import prompt_helpers, python_tests_job
+
+T = TypeVar("T")
+
+
+async def gather_as_finished(
+    aws: Iterable[Awaitable[T]], on_each: Callable[[T], Awaitable[None] | None] | None = None
+) -> list[T]:
+    """Every awaitable's result in finishing order, each handed to `on_each` as it comes. Leaving early (one
+    fails, or the caller is cancelled: a lost lease, a stopping worker) cancels and reaps the rest, so no orphan
+    keeps writing to the store after its run moved to another worker and no exception goes unretrieved."""
+    tasks = [asyncio.ensure_future(aw) for aw in aws]
+    done: list[T] = []
+    try:
+        for finished in asyncio.as_completed(tasks):
+            result = await finished
+            done.append(result)
+            if on_each is not None and inspect.isawaitable(outcome := on_each(result)):
+                await outcome
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return done
 
 
 def stable_seed(*parts: object) -> int:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from veriloop.agents.base import OnAttempt, notify
+from veriloop.agents.common import gather_as_finished
 from veriloop.agents.context import AgentContext
 from veriloop.agents.mucode import prompts
 from veriloop.agents.mucode.graph import ORACLE_WEIGHT, Deps, Scorer, ThreadedVerifier, episode
@@ -146,10 +147,13 @@ async def rollouts(
 
     jobs = [one(task, rollout) for task in tasks for rollout in range(options.rollouts)]
     done: list[Trajectory] = []
-    for finished in asyncio.as_completed(jobs):
-        done.append(await finished)
+
+    def progress(trajectory: Trajectory) -> None:
+        done.append(trajectory)
         if len(done) % 10 == 0 or len(done) == len(jobs):
             log(f"round {iteration}: {len(done)}/{len(jobs)} rollouts, {sum(t.label for t in done)} solved")
+
+    await gather_as_finished(jobs, progress)
     done.sort(key=lambda trajectory: (trajectory.task_id, trajectory.rollout))
     return done
 
