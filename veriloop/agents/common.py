@@ -1,5 +1,6 @@
 """What every method folder shares: seeds that repeat across processes, a program's tests in the sandbox
-and their score, and running a graph so that an interrupted thread resumes from its checkpoint.
+and their score, the decoding constraint for a code answer, concurrent work that never outlives its caller,
+and running a graph so that an interrupted thread resumes from its checkpoint.
 
     graph = build_graph(checkpointer)                        # the same shape in every `agents/<method>/graph.py`
     final = await run_graph(graph, initial, deps, thread=thread_id(run.id, task.id))
