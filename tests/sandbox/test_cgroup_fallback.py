@@ -172,3 +172,26 @@ async def test_hostile_jobs_are_bounded_by_rlimits(rlimited: BwrapSandbox) -> No
     assert result.status is ExecStatus.INFRA_ERROR and "RLIMIT_AS cannot limit" in result.stderr, result  # type: ignore[attr-defined]
     result, _ = await _run(rlimited, "print('after')")
     assert result.status is ExecStatus.PASSED and result.stdout.strip() == "after", result  # type: ignore[attr-defined]
+
+
+RAISE_LIMITS = """
+import resource as r
+for limit in (r.RLIMIT_AS, r.RLIMIT_NPROC):
+    try:
+        r.setrlimit(limit, (r.RLIM_INFINITY, r.RLIM_INFINITY))
+        print("raised")
+    except (ValueError, OSError):
+        print("refused")
+hog = []
+while True:
+    hog.append(b'x' * 10_000_000)
+"""
+
+
+@pytest.mark.bwrap
+@pytest.mark.slow
+async def test_a_job_cannot_lift_the_rlimits_that_stand_in_for_its_cgroup(rlimited: BwrapSandbox) -> None:
+    """Without a cgroup the rlimits are the only bound: raising them needs CAP_SYS_RESOURCE, which the job lacks."""
+    result, elapsed = await _run(rlimited, RAISE_LIMITS)
+    assert result.stdout.split()[:2] == ["refused", "refused"], result
+    assert result.status is ExecStatus.MEMORY_LIMIT and elapsed < 15, result
