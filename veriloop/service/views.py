@@ -150,11 +150,14 @@ def charts(facts: list[NodeFact]) -> RunCharts:
 
 
 def overview(store: TrajectoryStore, run: Run, settings: Settings) -> RunPage:
+    # The run's row first, its tasks after: a run ends only once its attempts are stored, so a page that
+    # reads "finished" also counts every task done (the other order showed "finished" beside "0/3").
+    row = run_row(store, run)
     facts = node_facts(store, run.id)
     tasks = task_rows(store, run, facts)
     total = progress_total(run, settings)
     return RunPage(
-        row=run_row(store, run),
+        row=row,
         total_tasks=total,
         figures=figures_for(store, run.id, facts),
         provenance=provenance_of(run),
