@@ -13,8 +13,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from veriloop.config import load_settings
-from veriloop.records import Attempt, ExecResult, ExecStatus, Node, Run
+from veriloop.records import Attempt, ExecResult, ExecStatus, Node, Run, RunStatus
 from veriloop.service.app import create_app
+from veriloop.service.views import overview
 from veriloop.store import TrajectoryStore, upgrade_database
 from veriloop.store.summary import Provenance, SuiteProvenance
 
@@ -114,3 +115,31 @@ def test_report_routes_serve_one_file_with_inline_svg(pages: tuple[TestClient, R
     assert "| **Pass rate, held-out tests (headline)** | 67% (2/3 tasks) |" in markdown.text
     assert client.get(f"/runs/{a.id}/report", params={"format": "pdf"}).status_code == 400
     assert client.get("/runs/nope/report").status_code == 404
+
+
+class FinishesBetweenReads(TrajectoryStore):
+    """A store whose run's last task passes, and the run ends, just after the page has read the attempts: a
+    worker finishing the run while the page renders."""
+
+    def list_attempts(self, run_id: str, task_id: str | None = None) -> list[Attempt]:
+        attempts = super().list_attempts(run_id, task_id)
+        for attempt in attempts:
+            if attempt.status == "running":
+                self.update_attempt(attempt.model_copy(update={"status": "passed"}))
+                self.finish_run(run_id)
+        return attempts
+
+
+def test_a_run_that_ends_while_its_page_renders_is_never_shown_finished_with_tasks_left(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'race.db'}"
+    upgrade_database(url)
+    settings = load_settings(paths={"home": tmp_path}, store={"url": url}, llm={"backend": "scripted"})
+    with FinishesBetweenReads(url) as store:
+        run = store.create_run(Run(agent="direct", suite="humaneval", model="m"))
+        store.set_run_status(run.id, RunStatus.RUNNING)
+        store.add_attempt(Attempt(run_id=run.id, task_id="t0", status="running"))
+        view = overview(store, store.get_run(run.id), settings)
+        done = [task.task_id for task in view.tasks if task.status in ("passed", "failed")]
+        assert (view.row.run.status, done) == (RunStatus.RUNNING, [])  # read before the run ended: consistently
+        view = overview(store, store.get_run(run.id), settings)
+        assert (view.row.run.status, [task.status for task in view.tasks]) == (RunStatus.FINISHED, ["passed"])
