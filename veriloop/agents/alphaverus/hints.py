@@ -84,15 +84,18 @@ _KEYWORDS = {
 }
 QUANTIFIED = ("k", "j")
 """Bound variable names the grammar offers for forall/exists (when the program does not use them)."""
+MIN_INVARIANTS = 2
 MAX_INVARIANTS = 3
 
 
 @dataclass(frozen=True)
 class Slot:
-    """One marked point: the offset of the `{` that opens a loop body, and the loop's indentation."""
+    """One marked point: the offset of the `{` that opens a loop body, the loop's indentation, and the offset of
+    its `while` (where Dafny reports a loop's termination errors)."""
 
     brace: int
     indent: str
+    keyword: int = -1
 
 
 def _blank_comments(program: str) -> str:
@@ -117,7 +120,7 @@ def hint_slots(program: str) -> list[Slot]:
             elif char == "{" and depth <= 0:
                 line_start = code.rfind("\n", 0, found.start()) + 1
                 indent = re.match(r"[ \t]*", code[line_start:]).group()  # type: ignore[union-attr]
-                slots.append(Slot(brace=index, indent=indent))
+                slots.append(Slot(brace=index, indent=indent, keyword=found.start()))
                 break
     return slots
 
@@ -135,35 +138,48 @@ def _literal(text: str) -> str:
 
 
 def hint_grammar(program: str, slots: Sequence[Slot]) -> Constraint:
-    """A Lark grammar for one hint block per slot: 1-3 invariants and an optional decreases clause each."""
+    """A Lark grammar for one hint block per slot: 2-3 invariants and an optional decreases clause each.
+
+    Each annotation kind has its own shape: an invariant is a boolean formula (comparisons of integer terms,
+    the program's boolean names, one optional `forall`), so it always type-checks as a condition; a
+    `decreases` clause is an integer term without indexing (a sum of names, numbers, lengths), the kind of
+    measure Dafny can check and never an out-of-range read."""
     code = _blank_comments(program)
     collections = set(re.findall(r"([A-Za-z_][\w']*)\s*:\s*(?:array|seq|string)\b", code))
     collections |= set(re.findall(r"([A-Za-z_][\w']*)\s*:=\s*new\b", code))
-    names = [name for name in program_names(program) if name not in QUANTIFIED and name not in collections]
+    booleans = set(re.findall(r"([A-Za-z_][\w']*)\s*:\s*bool\b", code))
+    booleans |= set(re.findall(r"\bvar\s+([A-Za-z_][\w']*)\s*:=\s*(?:true|false)\b", code))
+    known = set(program_names(program))
+    names = [name for name in known if name not in QUANTIFIED and name not in collections | booleans]
     names += list(QUANTIFIED)
     ident = " | ".join(_literal(name) for name in sorted(set(names), key=lambda n: (-len(n), n)))
-    arrays = sorted(collections & set(program_names(program)), key=lambda n: (-len(n), n))
+    arrays = sorted(collections & known, key=lambda n: (-len(n), n))
+    flags = sorted(booleans & known - collections, key=lambda n: (-len(n), n))
     loops = " ".join(f"loop{index}" for index in range(1, len(slots) + 1))
     rules = [f"start: {loops}"]
-    optional = " ".join(["inv?"] * (MAX_INVARIANTS - 1))
+    optional = " ".join(["inv"] * (MIN_INVARIANTS - 1) + ["inv?"] * (MAX_INVARIANTS - MIN_INVARIANTS))
     for index in range(1, len(slots) + 1):
         rules.append(f'loop{index}: "// loop {index}\\n" inv {optional} dec?')
+    lengths = ' | "|" coll "|" | coll ".Length"' if arrays else ""
     rules += [
         'inv: "invariant " expr "\\n"',
-        'dec: "decreases " sum "\\n"',
+        'dec: "decreases " dsum "\\n"',
         "expr: quant | implies",
         'quant: "forall " qvar " :: " implies',
         f"qvar: {' | '.join(_literal(name) for name in QUANTIFIED)}",
         'implies: conj (" ==> " conj)?',
         'conj: cmp ((" && " | " || ") cmp)*',
-        "cmp: sum (cmpop sum)? (cmpop sum)?",
+        "cmp: sum cmpop sum (cmpop sum)?" + (' | "!"? flag' if flags else ""),
         'cmpop: " <= " | " < " | " == " | " != " | " >= " | " > "',
         'sum: term ((" + " | " - ") term)*',
         'term: atom ((" * " | " / " | " % ") atom)?',
-        'atom: name | NUMBER | "(" sum ")" | "!" name | "true" | "false"'
-        + (' | coll "[" sum "]" | "old(" coll "[" sum "])" | "|" coll "|" | coll ".Length"' if arrays else ""),
+        'atom: name | NUMBER | "(" sum ")"'
+        + (' | coll "[" sum "]" | "old(" coll "[" sum "])"' + lengths if arrays else ""),
+        'dsum: dterm ((" + " | " - ") dterm)*',
+        'dterm: name | NUMBER | "(" dsum ")"' + lengths,
         f"name: {ident}",
         *([f"coll: {' | '.join(_literal(name) for name in arrays)}"] if arrays else []),
+        *([f"flag: {' | '.join(_literal(name) for name in flags)}"] if flags else []),
         "NUMBER: /[0-9]{1,3}/",
     ]
     return Constraint(kind="lark", value="\n".join(rules) + "\n")
@@ -187,16 +203,45 @@ def parse_hints(reply: str, count: int) -> dict[int, list[str]]:
 
 def splice(program: str, slots: Sequence[Slot], hints: dict[int, list[str]]) -> str:
     """The program with each slot's hint lines between its loop condition and its body."""
-    out, last = [], 0
+    return splice_lines(program, slots, hints).code
+
+
+@dataclass(frozen=True)
+class Spliced:
+    """A spliced program and where its parts landed (1-based lines), to map diagnostics back to hints."""
+
+    code: str
+    hints: dict[int, tuple[int, str]]
+    """Line -> (slot, hint line)."""
+    loops: dict[int, int]
+    """Line of a slot's `while` -> the slot."""
+
+
+def splice_lines(program: str, slots: Sequence[Slot], hints: dict[int, list[str]]) -> Spliced:
+    """`splice`, remembering the line of every hint and of every loop's `while`."""
+    out: list[str] = []
+    where: dict[int, tuple[int, str]] = {}
+    loops: dict[int, int] = {}
+    last, line = 0, 1
     for index, slot in enumerate(slots, 1):
         lines = hints.get(index, [])
         head = program[last : slot.brace]
+        if slot.keyword >= last:
+            loops[line + head.count("\n", 0, slot.keyword - last)] = index
         if lines:
-            head = head.rstrip() + "".join(f"\n{slot.indent}  {line}" for line in lines) + f"\n{slot.indent}"
+            head = head.rstrip()
+            line += head.count("\n")
+            for hint in lines:
+                line += 1
+                where[line] = (index, hint)
+            head += "".join(f"\n{slot.indent}  {hint}" for hint in lines) + f"\n{slot.indent}"
+            line += 1
+        else:
+            line += head.count("\n")
         out.append(head)
         last = slot.brace
     out.append(program[last:])
-    return "".join(out)
+    return Spliced("".join(out), where, loops)
 
 
 def marked(program: str, slots: Sequence[Slot]) -> str:
