@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from veriloop.agents.alphaverus.hints import (
     splice,
 )
 from veriloop.llm.constraints import validate
-from veriloop.records import Completion, Diagnostic, Node, VerifyResult, VerifyStatus
+from veriloop.records import Completion, Constraint, Diagnostic, Node, VerifyResult, VerifyStatus
 
 BUNDLE = Path(__file__).parents[3] / "veriloop" / "tasks" / "data" / "dafnybench_subset.json"
 PROGRAMS = [row["hints_removed"] for row in json.loads(BUNDLE.read_text())["programs"]]
@@ -75,3 +76,49 @@ def test_refinement_names_the_failing_hint() -> None:
     turn = problem.refine_messages([node])[-1].content
     assert "`invariant s == i * (i + 1) / 2`: this loop invariant could not be proved on entry" in turn
     assert "keep the invariants that held" in turn
+
+
+SEARCH = """method LinearSearch(a: array<int>, e: int) returns (n: int)
+  ensures forall i :: 0 <= i < n ==> e != a[i]
+{
+  n := 0;
+  while n != a.Length
+  {
+    if e == a[n] {
+      return;
+    }
+    n := n + 1;
+  }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def accepts() -> Callable[[Constraint, str], bool]:
+    """Whether a constraint's matcher takes `text` whole and may end there (llguidance, a real tokenizer)."""
+    from veriloop.llm.constraints import ConstraintEngine
+    from veriloop.testing import tiny_causal_lm
+
+    model, tokenizer = tiny_causal_lm(seed=0)
+    engine = ConstraintEngine(tokenizer, model.config.vocab_size)
+
+    def check(constraint: Constraint, text: str) -> bool:
+        matcher = engine.matcher(constraint)
+        tokens = tokenizer.encode(text, add_special_tokens=False)
+        return all(matcher.advance(token) for token in tokens) and matcher.accepting
+
+    return check
+
+
+def test_each_hint_kind_has_its_own_shape(accepts: Callable[[Constraint, str], bool]) -> None:
+    grammar = hint_grammar(SEARCH, hint_slots(SEARCH))
+    good = "// loop 1\ninvariant 0 <= n <= a.Length\ninvariant forall k :: 0 <= k < n ==> a[k] != e\n"
+    assert accepts(grammar, good)
+    assert accepts(grammar, good + "decreases a.Length - n\n")
+    assert not accepts(grammar, "// loop 1\ninvariant 0 <= n <= a.Length\n")  # at least two invariants
+    two = "// loop 1\ninvariant 0 <= n <= a.Length\n"
+    assert not accepts(grammar, two + "invariant a[n]\n")  # an invariant is a condition, not a number
+    assert not accepts(grammar, two + "invariant 0 <= i <= n\n")  # `i` exists only inside the spec's forall
+    assert not accepts(grammar, two + "invariant forall k :: 0 <= k < n ==> a[n] != e\n")  # body ignores k
+    assert not accepts(grammar, two + "invariant 0 <= k\n")  # the bound variable only inside its forall
+    assert not accepts(grammar, good + "decreases a[n]\n")  # a measure never indexes
