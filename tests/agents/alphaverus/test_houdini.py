@@ -143,6 +143,9 @@ async def test_pruning_drops_what_the_verifier_refutes_until_it_verifies(store: 
         assert node.metadata["phase"] == "prune" and store.get_node(node.id).code == node.code
         hints = {line.strip() for line in (node.code or "").splitlines() if line.strip().startswith(("inv", "dec"))}
         assert hints <= {" ".join(line.split()) for line in proposed}  # only the model's text, never added
+    again = await prune(problem, union(REPLIES, 1), parent, store, search_id="s")
+    assert [node.id for node in again.nodes] == [node.id for node in out.nodes] and len(verifier.checked) == 4
+    assert again.solved and again.spend.verifier_calls == 4  # a resumed run reuses its stored steps
     final = out.nodes[-1].code or ""
     assert "invariant s == n * (n + 1) / 2" in final and "decreases N - n" in final and "n == 3" not in final
     assert out.nodes[0].metadata["sources"] == ["a", "b"] and out.nodes[1].metadata["sources"] == []
@@ -152,12 +155,12 @@ async def test_pruning_stops_at_a_fixpoint_the_step_limit_or_an_empty_pool(store
     verifier = RefutingVerifier()
     problem = problem_for(SUM, verifier)
     parent = root(store)
-    fixpoint = await prune(problem, union([REPLIES[0]], 1), parent, store, search_id="s")
+    fixpoint = await prune(problem, union([REPLIES[0]], 1), parent, store, search_id="s1")
     assert not fixpoint.solved and [n.metadata["blamed"] for n in fixpoint.nodes][-1] == []  # postcondition: stop
-    limited = await prune(problem, union(REPLIES, 1), parent, store, search_id="s", max_steps=2)
+    limited = await prune(problem, union(REPLIES, 1), parent, store, search_id="s2", max_steps=2)
     assert len(limited.nodes) == 2 and not limited.solved
     calls = len(verifier.checked)
-    empty = await prune(problem, Pool(invariants={1: []}, decreases={1: []}), parent, store, search_id="s")
+    empty = await prune(problem, Pool(invariants={1: []}, decreases={1: []}), parent, store, search_id="s3")
     assert empty.nodes == [] and len(verifier.checked) == calls  # the bare program is not re-checked
 
 

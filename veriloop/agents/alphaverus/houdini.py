@@ -119,8 +119,19 @@ async def prune(
     seconds: float | None = None,
 ) -> Pruning:
     """Check `pool`'s hints, drop what the verifier blames, check again: until verified, nothing is blamed, no
-    hint is left, `max_steps` checks were made or `seconds` of verifier time are spent."""
+    hint is left, `max_steps` checks were made or `seconds` of verifier time are spent. Steps already stored
+    under `search_id` (a resumed run) are returned as they are."""
     out = Pruning()
+    done = [
+        node
+        for node in await asyncio.to_thread(store.get_tree, parent.run_id, parent.task_id)
+        if node.metadata.get("search_id") == search_id and node.metadata.get("phase") == "prune"
+    ]
+    if done:  # a resumed run: the steps are deterministic and already stored
+        out.nodes = sorted(done, key=lambda node: int(node.metadata["step"]))
+        for node in out.nodes:
+            out.spend.add(Spend.from_dict(node.metadata.get("spend", {})))
+        return out
     previous = parent
     for step in range(max_steps):
         if pool.empty():
