@@ -8,7 +8,10 @@ Two settings that run on this machine with the embedded model:
   (score = fraction of tests passed).
 
 Every search gets the same budget per task: `width x depth` LLM calls (one call = one sample) and
-`--verifier-seconds` of verifier time, and stops at its first success. Reported per search: programs solved,
+`--verifier-seconds` of verifier time, and stops at its first success. In hints mode a search that ends
+unsolved is followed by Houdini pruning of its samples' hints (`--prune-steps` Dafny runs at most, no LLM call,
+within the same verifier seconds): `solved` splits into `solved_by_search` and `solved_by_pruning`, and the node
+shares count the model's samples only (`pruning_nodes` apart). Reported per search: programs solved,
 LLM calls to the first success (mean over solved), spend, and the filters' rejections; ratios compare each
 baseline's solved count with Treefinement's, all measured in the same run.
 """
