@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -95,12 +96,19 @@ SEARCH = """method LinearSearch(a: array<int>, e: int) returns (n: int)
 
 @pytest.fixture(scope="module")
 def accepts() -> Callable[[Constraint, str], bool]:
-    """Whether a constraint's matcher takes `text` whole and may end there (llguidance, a real tokenizer)."""
-    from veriloop.llm.constraints import ConstraintEngine
-    from veriloop.testing import tiny_causal_lm
+    """Whether a constraint's matcher takes `text` whole and may end there (llguidance over a byte-level
+    tokenizer, built in memory: no model needed)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
 
-    model, tokenizer = tiny_causal_lm(seed=0)
-    engine = ConstraintEngine(tokenizer, model.config.vocab_size)
+    from veriloop.llm.constraints import ConstraintEngine
+
+    vocab = {"<|im_end|>": 0, **{symbol: i + 1 for i, symbol in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}}
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    tokenizer: Any = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>")  # type: ignore[no-untyped-call]
+    engine = ConstraintEngine(tokenizer, len(vocab))
 
     def check(constraint: Constraint, text: str) -> bool:
         matcher = engine.matcher(constraint)
