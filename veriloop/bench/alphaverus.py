@@ -8,7 +8,10 @@ Two settings that run on this machine with the embedded model:
   (score = fraction of tests passed).
 
 Every search gets the same budget per task: `width x depth` LLM calls (one call = one sample) and
-`--verifier-seconds` of verifier time, and stops at its first success. Reported per search: programs solved,
+`--verifier-seconds` of verifier time, and stops at its first success. In hints mode a search that ends
+unsolved is followed by Houdini pruning of its samples' hints (`--prune-steps` Dafny runs at most, no LLM call,
+within the same verifier seconds): `solved` splits into `solved_by_search` and `solved_by_pruning`, and the node
+shares count the model's samples only (`pruning_nodes` apart). Reported per search: programs solved,
 LLM calls to the first success (mean over solved), spend, and the filters' rejections; ratios compare each
 baseline's solved count with Treefinement's, all measured in the same run.
 """
@@ -56,6 +59,10 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=16, help="llm.max_batch_size for the run.")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--infill", default="hints", help="dafny_hints modes to run: hints, whole, or hints,whole.")
+    parser.add_argument(
+        "--prune-steps", type=int, default=8, help="Hints mode: Houdini pruning steps after a search (0 = off)."
+    )
+    parser.add_argument("--temperature", type=float, default=0.7, help="Sampling temperature.")
     return parser.parse_args(list(argv))
 
 
@@ -122,6 +129,8 @@ async def run_setting(
             seed=args.seed,
             few_shot=0,
             infill=infill,
+            prune_steps=args.prune_steps,
+            temperature=args.temperature,
         )
         run = store.create_run(
             Run(
@@ -147,6 +156,9 @@ async def run_setting(
         checks = await _filters(ctx, attempts, by_id, args) if target == "dafny" else {}
         store.finish_run(run.id, RunStatus.FINISHED)
         solved = [a for a in attempts if a.status == "passed"]
+        by_pruning = [
+            a for a in solved if a.best_node_id and store.get_node(a.best_node_id).metadata.get("phase") == "prune"
+        ]
         calls = [a.budget.get("calls_to_success", 0) for a in solved]
 
         def total(key: str, attempts: list[Attempt] = attempts) -> float:
@@ -156,6 +168,8 @@ async def run_setting(
             "run_id": run.id,
             "tasks": len(tasks),
             "solved": len(solved),
+            "solved_by_search": len(solved) - len(by_pruning),
+            "solved_by_pruning": len(by_pruning),
             "solved_after_filters": len(solved) - checks.get("exploit_rejected", 0) - checks.get("judge_rejected", 0),
             "calls_to_first_success": calls,
             "mean_calls_to_first_success": round(statistics.fmean(calls), 2) if calls else None,
@@ -178,14 +192,20 @@ async def run_setting(
 
 
 def node_shares(nodes: Sequence[Any]) -> dict[str, Any]:
-    """Share of nodes Dafny could not parse, share it verified, and the deepest refinement reached."""
-    statuses = [node.verify_result.status for node in nodes if node.verify_result is not None]
+    """Over the model's samples: share Dafny could not parse and share it verified; over every node, the
+    deepest refinement reached. Houdini pruning nodes (no LLM call) are counted apart, so they neither dilute
+    nor inflate the samples' shares."""
+    sampled = [node for node in nodes if node.metadata.get("phase") != "prune"]
+    pruned = [node for node in nodes if node.metadata.get("phase") == "prune"]
+    statuses = [node.verify_result.status for node in sampled if node.verify_result is not None]
     count = len(statuses) or 1
     return {
-        "nodes": len(nodes),
+        "nodes": len(sampled),
         "syntax_error_share": round(sum(s is VerifyStatus.SYNTAX_ERROR for s in statuses) / count, 4),
         "verified_share": round(sum(s is VerifyStatus.VERIFIED for s in statuses) / count, 4),
         "max_depth": max((node.depth for node in nodes), default=0),
+        "pruning_nodes": len(pruned),
+        "pruning_verified": sum(1 for node in pruned if node.score is not None and node.score >= 1.0),
     }
 
 
@@ -196,7 +216,17 @@ def summary(result: dict[str, Any], tasks: int) -> dict[str, Any]:
         if name in result:
             out[infill] = {
                 kind: {
-                    key: row[key] for key in ("syntax_error_share", "verified_share", "solved", "max_depth", "nodes")
+                    key: row[key]
+                    for key in (
+                        "syntax_error_share",
+                        "verified_share",
+                        "solved",
+                        "solved_by_search",
+                        "solved_by_pruning",
+                        "max_depth",
+                        "nodes",
+                        "pruning_nodes",
+                    )
                 }
                 for kind, row in result[name].items()
             }

@@ -39,6 +39,9 @@ def test_bench_reports_every_search_of_both_settings(tmp_path: Path) -> None:
             assert "guard_rejected_nodes" in row["filters"]
         assert set(report["ratios"][setting]) == {f"{kind}_solved_over_treefinement" for kind in SEARCHES[1:]}
     assert "checked" in report["dafny_hints"]["treefinement"]["filters"]
+    for row in report["dafny_hints"].values():  # pruning is counted apart from the model's samples
+        assert row["solved"] == row["solved_by_search"] + row["solved_by_pruning"]
+        assert row["nodes"] <= 2 and row["pruning_nodes"] >= 0
     partial = json.loads((tmp_path / "bench" / "alphaverus.partial.json").read_text())
     assert set(partial["humaneval_tests"]) == set(SEARCHES)  # progress is saved search by search
 

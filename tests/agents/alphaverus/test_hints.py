@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +20,7 @@ from veriloop.agents.alphaverus.hints import (
     splice,
 )
 from veriloop.llm.constraints import validate
-from veriloop.records import Completion, Diagnostic, Node, VerifyResult, VerifyStatus
+from veriloop.records import Completion, Constraint, Diagnostic, Node, VerifyResult, VerifyStatus
 
 BUNDLE = Path(__file__).parents[3] / "veriloop" / "tasks" / "data" / "dafnybench_subset.json"
 PROGRAMS = [row["hints_removed"] for row in json.loads(BUNDLE.read_text())["programs"]]
@@ -75,3 +77,56 @@ def test_refinement_names_the_failing_hint() -> None:
     turn = problem.refine_messages([node])[-1].content
     assert "`invariant s == i * (i + 1) / 2`: this loop invariant could not be proved on entry" in turn
     assert "keep the invariants that held" in turn
+
+
+SEARCH = """method LinearSearch(a: array<int>, e: int) returns (n: int)
+  ensures forall i :: 0 <= i < n ==> e != a[i]
+{
+  n := 0;
+  while n != a.Length
+  {
+    if e == a[n] {
+      return;
+    }
+    n := n + 1;
+  }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def accepts() -> Callable[[Constraint, str], bool]:
+    """Whether a constraint's matcher takes `text` whole and may end there (llguidance over a byte-level
+    tokenizer, built in memory: no model needed)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from veriloop.llm.constraints import ConstraintEngine
+
+    vocab = {"<|im_end|>": 0, **{symbol: i + 1 for i, symbol in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}}
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    tokenizer: Any = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>")  # type: ignore[no-untyped-call]
+    engine = ConstraintEngine(tokenizer, len(vocab))
+
+    def check(constraint: Constraint, text: str) -> bool:
+        matcher = engine.matcher(constraint)
+        tokens = tokenizer.encode(text, add_special_tokens=False)
+        return all(matcher.advance(token) for token in tokens) and matcher.accepting
+
+    return check
+
+
+def test_each_hint_kind_has_its_own_shape(accepts: Callable[[Constraint, str], bool]) -> None:
+    grammar = hint_grammar(SEARCH, hint_slots(SEARCH))
+    good = "// loop 1\ninvariant 0 <= n <= a.Length\ninvariant forall k :: 0 <= k < n ==> a[k] != e\n"
+    assert accepts(grammar, good)
+    assert accepts(grammar, good + "decreases a.Length - n\n")
+    assert not accepts(grammar, "// loop 1\ninvariant 0 <= n <= a.Length\n")  # at least two invariants
+    two = "// loop 1\ninvariant 0 <= n <= a.Length\n"
+    assert not accepts(grammar, two + "invariant a[n]\n")  # an invariant is a condition, not a number
+    assert not accepts(grammar, two + "invariant 0 <= i <= n\n")  # `i` exists only inside the spec's forall
+    assert not accepts(grammar, two + "invariant forall k :: 0 <= k < n ==> a[n] != e\n")  # body ignores k
+    assert not accepts(grammar, two + "invariant 0 <= k\n")  # the bound variable only inside its forall
+    assert not accepts(grammar, good + "decreases a[n]\n")  # a measure never indexes

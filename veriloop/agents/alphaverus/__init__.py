@@ -12,11 +12,13 @@ import random
 import time
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
+from dataclasses import replace
 from typing import Any
 
 from veriloop.agents.alphaverus.filters import edits_spec
 from veriloop.agents.alphaverus.graph import Deps, build_graph, search_id, task_mode
 from veriloop.agents.alphaverus.hints import HintsProblem, hint_slots
+from veriloop.agents.alphaverus.houdini import prune, union
 from veriloop.agents.alphaverus.pools import ERRORS, SOLVED, Pools
 from veriloop.agents.alphaverus.problem import VerifierProblem, program_text
 from veriloop.agents.alphaverus.prompts import LANGUAGE, explore_messages, fenced, render_errors
@@ -186,6 +188,8 @@ class AlphaVerusAgent(Agent[AlphaVerusOptions]):
                     "infill": "hints" if hinted else "whole",
                 },
             )
+            if isinstance(problem, HintsProblem) and o.prune_steps and not outcome.solved:
+                outcome = await prune_outcome(problem, outcome, ctx, task.id, o)
         finally:
             if target != "tests":
                 await verifier.aclose()
@@ -247,6 +251,43 @@ class AlphaVerusAgent(Agent[AlphaVerusOptions]):
             attempts.append(await asyncio.to_thread(ctx.store.add_attempt, attempt))
             await notify(on_attempt, attempts[-1])
         return attempts
+
+
+async def prune_outcome(
+    problem: HintsProblem, outcome: SearchOutcome, ctx: AgentContext, task_id: str, o: AlphaVerusOptions
+) -> SearchOutcome:
+    """The search's outcome after Houdini pruning of its hint candidates (the union of every sample's hints):
+    pruning nodes hang under the search's best node; a verified last step solves the task."""
+    sampled = [node for node in outcome.nodes if node.completion is not None]
+    if not sampled or outcome.best is None:
+        return outcome
+    pool = union([node.completion.text for node in sampled if node.completion is not None], len(problem.slots))
+    left = None if o.verifier_seconds is None else max(0.0, o.verifier_seconds - outcome.spend.verifier_s)
+    pruning = await prune(
+        problem,
+        pool,
+        outcome.best,
+        ctx.store,
+        search_id=search_id(ctx.run.id, task_id, "inference", "prune"),
+        sources=[node.id for node in sampled],
+        max_steps=o.prune_steps,
+        seconds=left,
+    )
+    spend = Spend.from_dict(outcome.spend.as_dict())
+    spend.add(pruning.spend)
+    nodes = [*outcome.nodes, *pruning.nodes]
+    if pruning.solved:
+        return replace(
+            outcome,
+            best=pruning.nodes[-1],
+            solved=True,
+            spend=spend,
+            calls_to_success=spend.llm_calls,
+            stop_reason="pruned",
+            nodes=nodes,
+        )
+    best = max([outcome.best, *pruning.nodes], key=lambda node: node.score or -1.0)
+    return replace(outcome, best=best, spend=spend, nodes=nodes)
 
 
 def attempt_of(ctx: AgentContext, task_id: str, outcome: SearchOutcome, started: float) -> Attempt:

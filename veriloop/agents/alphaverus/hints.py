@@ -82,17 +82,20 @@ _KEYWORDS = {
     "print",
     "Length",
 }
-QUANTIFIED = ("k", "j")
-"""Bound variable names the grammar offers for forall/exists (when the program does not use them)."""
+QUANTIFIED = ("k", "j", "m", "t")
+"""Bound variable names for a `forall`: the first one the program does not use."""
+MIN_INVARIANTS = 2
 MAX_INVARIANTS = 3
 
 
 @dataclass(frozen=True)
 class Slot:
-    """One marked point: the offset of the `{` that opens a loop body, and the loop's indentation."""
+    """One marked point: the offset of the `{` that opens a loop body, the loop's indentation, and the offset of
+    its `while` (where Dafny reports a loop's termination errors)."""
 
     brace: int
     indent: str
+    keyword: int = -1
 
 
 def _blank_comments(program: str) -> str:
@@ -117,7 +120,7 @@ def hint_slots(program: str) -> list[Slot]:
             elif char == "{" and depth <= 0:
                 line_start = code.rfind("\n", 0, found.start()) + 1
                 indent = re.match(r"[ \t]*", code[line_start:]).group()  # type: ignore[union-attr]
-                slots.append(Slot(brace=index, indent=indent))
+                slots.append(Slot(brace=index, indent=indent, keyword=found.start()))
                 break
     return slots
 
@@ -127,7 +130,17 @@ def program_names(program: str) -> list[str]:
     code = _blank_comments(program)
     methods = set(re.findall(r"\b(?:method|lemma|class|datatype|module)\s+(?:\{[^}]*\}\s*)?([A-Za-z_][\w']*)", code))
     names = {name for name in _IDENT.findall(code) if name not in _KEYWORDS and name not in methods}
-    return sorted(names)
+    return sorted(names - bound_only(code))
+
+
+def bound_only(code: str) -> set[str]:
+    """Names a `forall`/`exists` binds and nothing declares: they mean nothing outside their quantifier."""
+    bound: set[str] = set()
+    for group in re.findall(r"\b(?:forall|exists)\s+([A-Za-z_][\w'\s,:<>]*?)\s*(?:::|\|)", code):
+        bound |= {part.split(":")[0].strip() for part in group.split(",")}
+    declared = set(re.findall(r"\bvar\s+([A-Za-z_][\w']*)", code))
+    declared |= set(re.findall(r"[(,]\s*(?:ghost\s+)?([A-Za-z_][\w']*)\s*:(?!:)", code))
+    return bound - declared
 
 
 def _literal(text: str) -> str:
@@ -135,37 +148,62 @@ def _literal(text: str) -> str:
 
 
 def hint_grammar(program: str, slots: Sequence[Slot]) -> Constraint:
-    """A Lark grammar for one hint block per slot: 1-3 invariants and an optional decreases clause each."""
+    """A Lark grammar for one hint block per slot: 2-3 invariants and an optional decreases clause each.
+
+    Each annotation kind has its own shape: an invariant is a boolean formula (comparisons of integer terms,
+    the program's boolean names) or one `forall` over a range of a fresh bound variable whose body reads the
+    collections at that variable (a body that never mentions it has no trigger and says nothing); the bound
+    variable exists only inside its `forall`. A `decreases` clause is an integer term without indexing (a sum of
+    names, numbers, lengths), the kind of measure Dafny can check and never an out-of-range read."""
     code = _blank_comments(program)
     collections = set(re.findall(r"([A-Za-z_][\w']*)\s*:\s*(?:array|seq|string)\b", code))
     collections |= set(re.findall(r"([A-Za-z_][\w']*)\s*:=\s*new\b", code))
-    names = [name for name in program_names(program) if name not in QUANTIFIED and name not in collections]
-    names += list(QUANTIFIED)
-    ident = " | ".join(_literal(name) for name in sorted(set(names), key=lambda n: (-len(n), n)))
-    arrays = sorted(collections & set(program_names(program)), key=lambda n: (-len(n), n))
+    booleans = set(re.findall(r"([A-Za-z_][\w']*)\s*:\s*bool\b", code))
+    booleans |= set(re.findall(r"\bvar\s+([A-Za-z_][\w']*)\s*:=\s*(?:true|false)\b", code))
+    known = set(program_names(program))
+    bound = next((name for name in QUANTIFIED if name not in known), "k_")
+    names = sorted(known - collections - booleans, key=lambda n: (-len(n), n))
+    arrays = sorted(collections & known, key=lambda n: (-len(n), n))
+    flags = sorted(booleans & known - collections, key=lambda n: (-len(n), n))
     loops = " ".join(f"loop{index}" for index in range(1, len(slots) + 1))
     rules = [f"start: {loops}"]
-    optional = " ".join(["inv?"] * (MAX_INVARIANTS - 1))
+    optional = " ".join(["inv"] * (MIN_INVARIANTS - 1) + ["inv?"] * (MAX_INVARIANTS - MIN_INVARIANTS))
     for index in range(1, len(slots) + 1):
         rules.append(f'loop{index}: "// loop {index}\\n" inv {optional} dec?')
+    lengths = ' | "|" coll "|" | coll ".Length"' if arrays else ""
+    at = _literal(bound)
     rules += [
         'inv: "invariant " expr "\\n"',
-        'dec: "decreases " sum "\\n"',
-        "expr: quant | implies",
-        'quant: "forall " qvar " :: " implies',
-        f"qvar: {' | '.join(_literal(name) for name in QUANTIFIED)}",
+        'dec: "decreases " dsum "\\n"',
+        "expr: quant | implies" if arrays else "expr: implies",
         'implies: conj (" ==> " conj)?',
         'conj: cmp ((" && " | " || ") cmp)*',
-        "cmp: sum (cmpop sum)? (cmpop sum)?",
+        "cmp: sum cmpop sum (cmpop sum)?" + (' | "!"? flag' if flags else ""),
         'cmpop: " <= " | " < " | " == " | " != " | " >= " | " > "',
         'sum: term ((" + " | " - ") term)*',
         'term: atom ((" * " | " / " | " % ") atom)?',
-        'atom: name | NUMBER | "(" sum ")" | "!" name | "true" | "false"'
-        + (' | coll "[" sum "]" | "old(" coll "[" sum "])" | "|" coll "|" | coll ".Length"' if arrays else ""),
-        f"name: {ident}",
-        *([f"coll: {' | '.join(_literal(name) for name in arrays)}"] if arrays else []),
+        'atom: name | NUMBER | "(" sum ")"'
+        + (' | coll "[" sum "]" | "old(" coll "[" sum "])"' + lengths if arrays else ""),
+        'dsum: dterm ((" + " | " - ") dterm)*',
+        'dterm: name | NUMBER | "(" dsum ")"' + lengths,
+        *([f"name: {' | '.join(_literal(name) for name in names)}"] if names else ['name: "0"']),
         "NUMBER: /[0-9]{1,3}/",
     ]
+    if arrays:
+        rules += [
+            f'quant: "forall {bound} :: " sum qlow {at} qhigh sum " ==> " qconj',
+            'qlow: " <= " | " < "',
+            'qhigh: " < " | " <= "',
+            'qconj: qcmp ((" && " | " || ") qcmp)*',
+            "qcmp: qsum cmpop qsum",
+            'qsum: qterm ((" + " | " - ") qterm)*',
+            'qterm: qatom ((" * " | " / " | " % ") qatom)?',
+            f'qatom: name | {at} | NUMBER | "(" qsum ")" | coll "[" qidx "]" | "old(" coll "[" qidx "])"' + lengths,
+            f'qidx: {at} ((" + " | " - ") atom)?',
+            f"coll: {' | '.join(_literal(name) for name in arrays)}",
+        ]
+    if flags:
+        rules.append(f"flag: {' | '.join(_literal(name) for name in flags)}")
     return Constraint(kind="lark", value="\n".join(rules) + "\n")
 
 
@@ -187,16 +225,45 @@ def parse_hints(reply: str, count: int) -> dict[int, list[str]]:
 
 def splice(program: str, slots: Sequence[Slot], hints: dict[int, list[str]]) -> str:
     """The program with each slot's hint lines between its loop condition and its body."""
-    out, last = [], 0
+    return splice_lines(program, slots, hints).code
+
+
+@dataclass(frozen=True)
+class Spliced:
+    """A spliced program and where its parts landed (1-based lines), to map diagnostics back to hints."""
+
+    code: str
+    hints: dict[int, tuple[int, str]]
+    """Line -> (slot, hint line)."""
+    loops: dict[int, int]
+    """Line of a slot's `while` -> the slot."""
+
+
+def splice_lines(program: str, slots: Sequence[Slot], hints: dict[int, list[str]]) -> Spliced:
+    """`splice`, remembering the line of every hint and of every loop's `while`."""
+    out: list[str] = []
+    where: dict[int, tuple[int, str]] = {}
+    loops: dict[int, int] = {}
+    last, line = 0, 1
     for index, slot in enumerate(slots, 1):
         lines = hints.get(index, [])
         head = program[last : slot.brace]
+        if slot.keyword >= last:
+            loops[line + head.count("\n", 0, slot.keyword - last)] = index
         if lines:
-            head = head.rstrip() + "".join(f"\n{slot.indent}  {line}" for line in lines) + f"\n{slot.indent}"
+            head = head.rstrip()
+            line += head.count("\n")
+            for hint in lines:
+                line += 1
+                where[line] = (index, hint)
+            head += "".join(f"\n{slot.indent}  {hint}" for hint in lines) + f"\n{slot.indent}"
+            line += 1
+        else:
+            line += head.count("\n")
         out.append(head)
         last = slot.brace
     out.append(program[last:])
-    return "".join(out)
+    return Spliced("".join(out), where, loops)
 
 
 def marked(program: str, slots: Sequence[Slot]) -> str:
@@ -218,6 +285,22 @@ EXAMPLE_PROGRAM = """method SumTo(n: int) returns (s: int)
   }
 }"""
 EXAMPLE_HINTS = "// loop 1\ninvariant 0 <= i <= n\ninvariant s == i * (i + 1) / 2\ndecreases n - i\n"
+ARRAY_PROGRAM = """method Scale(a: array<int>, f: int) returns (b: array<int>)
+  ensures b.Length == a.Length
+  ensures forall k :: 0 <= k < a.Length ==> b[k] == f * a[k]
+{
+  b := new int[a.Length];
+  var j := 0;
+  while j < a.Length
+  {
+    b[j] := f * a[j];
+    j := j + 1;
+  }
+}"""
+ARRAY_HINTS = "// loop 1\ninvariant 0 <= j <= a.Length\ninvariant forall k :: 0 <= k < j ==> b[k] == f * a[k]\n"
+"""Two worked examples (not bench tasks): a counting loop and an array loop, so the model sees a quantified
+invariant; they teach the annotation language, the task's hints are the model's own (its grammar admits only
+the task's names)."""
 
 HINTS_TURN = (
     "Here is a Dafny program. Write the loop invariants and decreases clauses that make Dafny verify it, one "
@@ -245,6 +328,11 @@ class HintsProblem(VerifierProblem):
                 content=HINTS_TURN.format(program=fenced(marked(EXAMPLE_PROGRAM_BASE, [EXAMPLE_SLOT]), "dafny")),
             ),
             Message(role="assistant", content=EXAMPLE_HINTS),
+            Message(
+                role="user",
+                content=HINTS_TURN.format(program=fenced(marked(ARRAY_PROGRAM, hint_slots(ARRAY_PROGRAM)), "dafny")),
+            ),
+            Message(role="assistant", content=ARRAY_HINTS),
             Message(role="user", content=HINTS_TURN.format(program=fenced(marked(program_text, self.slots), "dafny"))),
         ]
 

@@ -40,6 +40,13 @@ class AlphaVerusOptions(AgentOptions):
         None, gt=0, description="Verifier seconds one search may spend (besides its width x depth LLM calls)."
     )
     seed: int = Field(0, description="Seed of exemplar sampling and frontier draws.")
+    prune_steps: int = Field(
+        8,
+        ge=0,
+        le=64,
+        description="Hints infill: after a search that did not verify, Houdini pruning of the union of the model's "
+        "hint candidates by the verifier's diagnostics (no LLM call), at most this many verifier runs; 0 = off.",
+    )
     infill: Literal["hints", "whole"] = Field(
         "hints",
         description="Hints tasks (DafnyBench hints): hints = the model writes only loop invariants and decreases "
