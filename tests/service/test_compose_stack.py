@@ -13,6 +13,8 @@ overlay2 storage driver that scripts/setup-sandbox.sh now picks, measured here o
            16.3 min in all (`pytest -s`, DOCKER_HOST on an overlay2 dockerd)
   load ~7: bases and wheelhouse side by side 403 s, build 485 s, up 35 s, run 353 s, migrate again 20 s,
            down 16 s: 24.5 min (other helpers' benchmarks on the same 2 cores)
+On fuse-overlayfs (the fallback where overlay2 cannot be mounted), with the bases and wheelhouse there: build 732 s,
+up 22 s, run 132 s, migrate 14 s, down 8 s: 16.3 min, about 20 cold.
 On vfs (every layer and every container a full copy of the image) the images alone take 35-50 min cold and the
 warm stack 21 min (build 550 s, up 207 s, run 215 s, migrate 65 s, down 126 s), so the test skips there unless
 VERILOOP_TEST_COMPOSE_STACK=1; VERILOOP_TEST_COMPOSE_STACK=0 skips it anywhere.
