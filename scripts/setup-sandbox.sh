@@ -3,13 +3,15 @@
 # registries reachable. Idempotent: every step checks first and does nothing when already done.
 #
 #   bubblewrap (the default sandbox), debootstrap, Docker (Debian docker.io; dockerd started with
-#   flags that work inside this kind of VM), the language toolchains that are missing, and a local
-#   sandbox image built from a debootstrap root file system (no registry needed).
+#   flags that work inside this kind of VM, on overlay2 where it can), the language toolchains that are
+#   missing, and a local sandbox image built from a debootstrap root file system (no registry needed).
 #
 # Environment:
 #   VERILOOP_SANDBOX_IMAGE   image tag to build (default veriloop-sandbox:local)
 #   VERILOOP_SKIP_DOCKER=1   only the bubblewrap parts
 #   VERILOOP_SKIP_IMAGE=1    start dockerd but do not build the image
+#   VERILOOP_DOCKER_STORAGE_DRIVER   dockerd's storage driver (default: the first of overlay2, fuse-overlayfs, vfs
+#                            that works, or the one whose images /var/lib/docker already holds)
 set -euo pipefail
 
 IMAGE="${VERILOOP_SANDBOX_IMAGE:-veriloop-sandbox:local}"
@@ -68,24 +70,59 @@ fi
 [[ "${VERILOOP_SKIP_DOCKER:-0}" == 1 ]] && { log "done (docker skipped)"; exit 0; }
 
 # ------------------------------------------------------------------ dockerd
+# Storage driver, the first that starts: overlay2 (the kernel's overlayfs: layers and containers share the image's
+# files), fuse-overlayfs (the same in user space, where the kernel's overlayfs cannot be mounted but /dev/fuse
+# exists), vfs (every layer and every container a full copy of the image: minutes for the Compose stack's 1.8 GB
+# service image). A data root that already holds images of one driver keeps that driver (others would not see
+# them); VERILOOP_DOCKER_STORAGE_DRIVER picks one.
+DOCKER_ROOT=/var/lib/docker
 docker_up() { docker info >/dev/null 2>&1; }
-if ! docker_up; then
-  log "starting dockerd (log: $DOCKERD_LOG)"
-  # vfs: overlay mounts are not available in this VM; no iptables and no bridge: sandbox
-  # containers run with network_mode=none anyway.
-  nohup dockerd --storage-driver=vfs --iptables=false --ip6tables=false --bridge=none \
+start_dockerd() {  # DRIVER: start dockerd with it; succeed when the engine answers and runs that driver
+  log "starting dockerd, storage driver $1 (log: $DOCKERD_LOG)"
+  # No iptables and no bridge: sandbox containers run with network_mode=none anyway.
+  nohup dockerd --storage-driver="$1" --iptables=false --ip6tables=false --bridge=none \
     >"$DOCKERD_LOG" 2>&1 </dev/null &
+  local pid=$!
   for _ in $(seq 1 120); do
     docker_up && break
+    kill -0 "$pid" 2>/dev/null || break
     sleep 0.5
   done
-  if ! docker_up; then
-    log "dockerd did not come up; last log lines:"
-    tail -n 20 "$DOCKERD_LOG" >&2 || true
-    exit 1
+  if docker_up && [[ "$(docker info --format '{{.Driver}}')" == "$1" ]]; then
+    return 0
   fi
+  log "dockerd with $1 did not come up; last log lines:"
+  tail -n 5 "$DOCKERD_LOG" >&2 || true
+  kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+  return 1
+}
+if ! docker_up; then
+  drivers=(overlay2 fuse-overlayfs vfs)
+  if [[ -n "${VERILOOP_DOCKER_STORAGE_DRIVER:-}" ]]; then
+    drivers=("$VERILOOP_DOCKER_STORAGE_DRIVER")
+  else
+    for driver in overlay2 fuse-overlayfs vfs; do
+      if [[ -n "$(ls -A "$DOCKER_ROOT/image/$driver/imagedb/content/sha256" 2>/dev/null)" ]]; then
+        drivers=("$driver")
+        log "$DOCKER_ROOT holds $driver images: keeping that storage driver"
+        break
+      fi
+    done
+  fi
+  started_driver=""
+  for driver in "${drivers[@]}"; do
+    if [[ $driver == fuse-overlayfs ]]; then
+      [[ -c /dev/fuse ]] || continue
+      command -v fuse-overlayfs >/dev/null || apt_install fuse-overlayfs || continue
+    fi
+    if start_dockerd "$driver"; then
+      started_driver=$driver
+      break
+    fi
+  done
+  [[ -n "$started_driver" ]] || { log "dockerd did not start with any of: ${drivers[*]}"; exit 1; }
 fi
-log "docker engine $(docker version --format '{{.Server.Version}}')"
+log "docker engine $(docker version --format '{{.Server.Version}}'), storage driver $(docker info --format '{{.Driver}}')"
 
 [[ "${VERILOOP_SKIP_IMAGE:-0}" == 1 ]] && { log "done (image skipped)"; exit 0; }
 

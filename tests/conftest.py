@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -118,6 +119,28 @@ REQUIREMENTS: dict[str, Callable[..., str | None]] = {
     "model": _model,
 }
 """Marker -> why the part is missing here (None when present). `data` takes optional paths inside the data folder."""
+
+
+LONG_FILES_FIRST = ("tests/service/test_compose_stack.py",)
+"""Test files `--dist loadfile` hands out before every other: each is one long test (the Compose stack builds its
+images: about 15 min), which would otherwise start last (xdist sends the files with the most tests first) and run
+alone at the end while the other worker has nothing left."""
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling  # type: ignore[import-untyped]
+
+    class LongFilesFirst(LoadFileScheduling):  # type: ignore[misc]
+        def _assign_work_unit(self, node: Any) -> None:
+            for scope in reversed(LONG_FILES_FIRST):
+                if scope in self.workqueue:
+                    self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
+
+    return LongFilesFirst(config, log)
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects, so implied markers count there too
