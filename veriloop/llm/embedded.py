@@ -39,7 +39,7 @@ from veriloop.errors import BackendError, ConfigError
 from veriloop.llm.base import StreamDelta
 from veriloop.llm.batcher import CacheFactory, ContinuousBatcher, RowOutput, SampleSpec, SpeculativePrefill
 from veriloop.llm.kv_cache import KVStore
-from veriloop.llm.packed import PackedDecoder
+from veriloop.llm.packed import LinearWeights, PackedDecoder
 from veriloop.records import Completion, Message, Prompt, SamplingParams, Usage
 
 log = logging.getLogger(__name__)
@@ -381,6 +381,7 @@ class EmbeddedBackend:
         eos_token_ids: Sequence[int] | None = None,
         speculative: SpeculativePrefill | None = None,
         cache_factory: CacheFactory | None = None,
+        linear_weights: LinearWeights = "float32",
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -396,6 +397,7 @@ class EmbeddedBackend:
             eos_token_ids=eos_token_ids,
             speculative=speculative,
             cache_factory=cache_factory,
+            linear_weights=linear_weights,
         )
 
     @classmethod
@@ -410,6 +412,7 @@ class EmbeddedBackend:
             torch_threads=settings.llm.torch_threads,
             speculative=speculative_prefill(settings),
             cache_factory=commvq_cache_factory(kernels["commvq"]) if "commvq" in kernels else None,
+            linear_weights=settings.llm.linear_weights,
         )
         backend.kernels = kernels
         return backend
