@@ -328,12 +328,16 @@ def apply_kernels(model: Any, tokenizer: Any, settings: Settings, folder: Path) 
     return done
 
 
-def commvq_cache_factory(commvq: Any) -> CacheFactory:
-    """The batcher's cache maker for a live CommVQ cache (codes in the slots, attention reads them)."""
-    from veriloop.llm.commvq_cache import CommVQSlotCache
+def commvq_cache_factory(commvq: Any, *, window: int | None = None, sink: int | None = None) -> CacheFactory:
+    """The batcher's cache maker for a live CommVQ cache (codes in the slots, attention reads them; the
+    latest `window` and first `sink` tokens of each slot in fp16, the cache's defaults when None)."""
+    from veriloop.llm.commvq_cache import RECENT_WINDOW, SINK_TOKENS, CommVQSlotCache
+
+    recent = RECENT_WINDOW if window is None else window
+    first = SINK_TOKENS if sink is None else sink
 
     def make(decoder: PackedDecoder, slots: int, max_columns: int) -> KVStore:
-        return CommVQSlotCache(commvq, decoder, slots, max_columns)
+        return CommVQSlotCache(commvq, decoder, slots, max_columns, window=recent, sink=first)
 
     return make
 
