@@ -195,3 +195,7 @@ def test_bench_llm_reports_the_ratios(model_settings: Settings, converted: tuple
     assert len(result["load_average"]["before"]) == 3 and result["repeat"] == 1
     assert result["useful_tokens"]["batcher_1"] == result["useful_tokens"]["batcher_8"] > 0
     assert result["outputs_match"]["batcher_8_vs_batcher_1"] == 2
+    numerics = result["numerics"]
+    assert result["linear_weights"] == "float16" and set(numerics["perplexity"]) == {"float32", "float16"}
+    assert set(numerics["tokens_per_s"]) == {"float32", "float16"} and numerics["agreement_tokens"] > 0
+    assert 0.9 <= numerics["greedy_token_agreement"] <= 1 and 0.9 < numerics["perplexity_ratio"] < 1.1

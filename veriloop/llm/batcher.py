@@ -34,10 +34,10 @@ reach the host in one copy per step. Per-row state (a future constraint matcher 
 On the CPU the batcher stores the model's Linear weights column-major (`column_major_linears`):
 same values, faster small-batch matrix products. With `linear_weights="float16"` (the settings'
 default, `llm.linear_weights`) the packed forward multiplies by fp16 copies of those weights
-through FBGEMM instead (`veriloop.llm.packed.HalfWeightLinear`): about twice the tokens per second
-at batch 8; greedy outputs then equal float32's up to the weights' rounding, which `veriloop bench
-llm` measures (`numerics`). With float32 weights (the constructor's default) greedy outputs equal
-sequential greedy decoding in fp32.
+through FBGEMM instead (`veriloop.llm.packed.HalfWeightLinear`), several times faster at a few
+rows than MKL's float32 products on this CPU; greedy outputs then equal float32's up to the
+weights' rounding, which `veriloop bench llm` measures (`numerics`). With float32 weights (the
+constructor's default) greedy outputs equal sequential greedy decoding in fp32.
 """
 
 from __future__ import annotations
