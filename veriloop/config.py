@@ -74,6 +74,11 @@ class LLMSettings(Section):
         "full", description="Prompt prefill of the embedded model: full, or SpecPrefill (keeps the important chunks)."
     )
     specprefill_keep: float = Field(0.3, gt=0, le=1, description="Fraction of prompt tokens SpecPrefill keeps.")
+    linear_weights: Literal["float32", "float16"] = Field(
+        "float16",
+        description="Weights the embedded batcher's CPU linear layers multiply by: float32, or an fp16 copy run by "
+        "FBGEMM (activations stay float32; quality against float32 in `veriloop bench llm` under numerics).",
+    )
 
 
 class StoreSettings(Section):

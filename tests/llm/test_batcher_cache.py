@@ -123,9 +123,8 @@ def test_the_live_commvq_cache_decodes_what_compress_then_decompress_gives(
             references.append((ids, tokens, [float(logps[len(ids) - 1 + i, t]) for i, t in enumerate(tokens)]))
     finally:
         remove()
-    batcher = ContinuousBatcher(
-        model, tokenizer, max_batch_size=3, eos_token_ids=[], cache_factory=commvq_cache_factory(tiny_commvq)
-    )
+    codes_only = commvq_cache_factory(tiny_commvq, window=0, sink=0)  # every column read from its codes
+    batcher = ContinuousBatcher(model, tokenizer, max_batch_size=3, eos_token_ids=[], cache_factory=codes_only)
     try:
         futures = [
             batcher.submit(ids, [SampleSpec(max_tokens=12, forced=tuple(tokens), logprobs=True)])[0]
@@ -146,6 +145,63 @@ def test_the_live_commvq_cache_decodes_what_compress_then_decompress_gives(
         full = SlotKVCache(2, 3, 2, 16, dtype=torch.float32, device=torch.device("cpu"), max_columns=1024)
         assert full.bytes_per_token() / cache.bytes_per_token() >= 5
         assert cache.key_codes[0].dtype == torch.uint8 and cache.value_codes[0].dtype == torch.uint8
+    finally:
+        batcher.close()
+
+
+def test_commvq_sink_and_recent_columns_are_read_in_fp16(tiny: tuple[Any, Any], tiny_commvq: Any) -> None:
+    """A window that covers every column reads nothing from the codes: the full cache's log-probabilities
+    (up to fp16), through chunked prefill, a leader's columns copied to a second sample, and decoding."""
+    model, tokenizer = tiny
+    prompt = list(torch.randint(3, 259, (40,), generator=torch.Generator().manual_seed(5)).tolist())
+    forced = tuple(torch.randint(3, 259, (12,), generator=torch.Generator().manual_seed(6)).tolist())
+    spec = SampleSpec(max_tokens=12, forced=forced, logprobs=True)
+    results = {}
+    for name, factory in (("full", None), ("wide", commvq_cache_factory(tiny_commvq, window=64, sink=4))):
+        batcher = ContinuousBatcher(
+            model, tokenizer, max_batch_size=2, eos_token_ids=[], prefill_chunk=16, cache_factory=factory
+        )
+        try:
+            results[name] = [future.result(timeout=60).logprobs for future in batcher.submit(prompt, [spec, spec])]
+        finally:
+            batcher.close()
+    for full, wide in zip(results["full"], results["wide"], strict=True):
+        assert wide == pytest.approx(full, rel=2e-3, abs=1e-2)  # fp16 keys and values; sharp random logits
+
+
+def test_commvq_ring_after_a_partial_prefix_copy_holds_the_right_columns(
+    tiny: tuple[Any, Any], tiny_commvq: Any
+) -> None:
+    """Reusing the first `stop` columns of a saved prompt: the ring's columns [stop - window, stop) come from
+    the saved ring where it still held them, and are decoded from their codes where it did not."""
+    model, tokenizer = tiny
+    window = 8
+    batcher = ContinuousBatcher(
+        model,
+        tokenizer,
+        max_batch_size=2,
+        eos_token_ids=[],
+        cache_factory=commvq_cache_factory(tiny_commvq, window=window, sink=2),
+    )
+    try:
+        prompt = list(torch.randint(3, 259, (30,), generator=torch.Generator().manual_seed(7)).tolist())
+        batcher.submit(prompt, [SampleSpec(max_tokens=1)])[0].result(timeout=60)
+        cache = batcher.cache
+        assert isinstance(cache, CommVQSlotCache)
+        with torch.inference_mode():
+            saved = cache.copy_out(0, 30)
+            for stop in (30, 26, 12):
+                cache.copy_in(1, saved, stop)
+                for layer in (0, cache.layers - 1):
+                    decoded = cache._keys(layer, slice(1, 2), stop)[0]  # (H, stop, d) from the codes
+                    exact = cache.recent_keys[layer][1].float()
+                    for column in range(stop - window, stop):
+                        ring = exact[:, column % window]
+                        if column >= 30 - window:  # still in the saved ring: the prompt's own fp16 key
+                            assert torch.allclose(ring, cache.recent_keys[layer][0, :, column % window].float())
+                        else:
+                            assert torch.allclose(ring, decoded[:, column], atol=1e-2, rtol=1e-2), (stop, column)
+                    assert torch.equal(cache.sink_keys[layer][1], cache.sink_keys[layer][0])
     finally:
         batcher.close()
 

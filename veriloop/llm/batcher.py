@@ -32,7 +32,12 @@ reach the host in one copy per step. Per-row state (a future constraint matcher 
 `_Row`.
 
 On the CPU the batcher stores the model's Linear weights column-major (`column_major_linears`):
-same values, faster small-batch matrix products.
+same values, faster small-batch matrix products. With `linear_weights="float16"` (the settings'
+default, `llm.linear_weights`) the packed forward multiplies by fp16 copies of those weights
+through FBGEMM instead (`veriloop.llm.packed.HalfWeightLinear`), several times faster at a few
+rows than MKL's float32 products on this CPU; greedy outputs then equal float32's up to the
+weights' rounding, which `veriloop bench llm` measures (`numerics`). With float32 weights (the
+constructor's default) greedy outputs equal sequential greedy decoding in fp32.
 """
 
 from __future__ import annotations
@@ -61,7 +66,7 @@ from veriloop.llm.kv_cache import (
     saved_columns,
     saved_nbytes,
 )
-from veriloop.llm.packed import PackedDecoder
+from veriloop.llm.packed import LinearWeights, PackedDecoder
 from veriloop.records import Constraint
 
 log = logging.getLogger(__name__)
@@ -132,6 +137,9 @@ class RowOutput:
     generated_tokens: int
     prompt_tokens: int
     latency_s: float
+    forced_agreement: int | None = None
+    """With teacher forcing (`SampleSpec.forced`): at how many positions the row's own choice (the
+    arg-max for a greedy row) was the forced token; None otherwise."""
 
 
 @dataclass
@@ -178,6 +186,8 @@ class _Row:
     """Characters of the text already given to the listener."""
     matcher: RowMatcher | None = None
     """The row's constraint state, advanced with every token it takes."""
+    agreed: int = 0
+    """Forced rows: positions where the arg-max was the forced token."""
 
     @property
     def position(self) -> int:
@@ -222,6 +232,7 @@ class ContinuousBatcher:
         speculative: SpeculativePrefill | None = None,
         prefill_chunk: int = PREFILL_CHUNK,
         cache_factory: CacheFactory | None = None,
+        linear_weights: LinearWeights = "float32",
         name: str = "veriloop-batcher",
     ) -> None:
         if max_batch_size < 1:
@@ -229,7 +240,7 @@ class ContinuousBatcher:
         if prefill_chunk < 1:
             raise ValueError("prefill_chunk must be at least 1")
         self.model = model
-        self.decoder = PackedDecoder(model)
+        self.decoder = PackedDecoder(model, linear_weights)
         # The worker decodes with its own copy: a fast tokenizer must not be used by two threads at once.
         self._tokenizer = copy.deepcopy(tokenizer)
         self.max_batch_size = max_batch_size
@@ -447,7 +458,9 @@ class ContinuousBatcher:
         tokens = self._choose_tokens(step_logits, choosers)
         for index, row in enumerate(choosers):
             if row.spec.forced:
-                tokens[index] = row.spec.forced[len(row.tokens)]
+                forced = row.spec.forced[len(row.tokens)]
+                row.agreed += int(tokens[index]) == forced
+                tokens[index] = forced
         wanted = [index for index, row in enumerate(choosers) if row.spec.logprobs]
         picked: list[float] = []
         if wanted:
@@ -797,6 +810,7 @@ class ContinuousBatcher:
             generated_tokens=len(row.tokens),
             prompt_tokens=row.prompt_len,
             latency_s=time.perf_counter() - row.submitted,
+            forced_agreement=row.agreed if row.spec.forced else None,
         )
 
     def _output_cut(self, row: _Row, text: str, cut: int) -> RowOutput:
@@ -817,6 +831,7 @@ class ContinuousBatcher:
             generated_tokens=output.generated_tokens,
             prompt_tokens=output.prompt_tokens,
             latency_s=output.latency_s,
+            forced_agreement=output.forced_agreement,
         )
 
     def _decode(self, tokens: Sequence[int]) -> str:

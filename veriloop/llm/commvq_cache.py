@@ -15,6 +15,14 @@ Per (slot, KV head, column) it stores:
   once per query;
 * the key's position (int32, shared by all layers), since SpecPrefill leaves gaps.
 
+Beside the codes, each slot keeps its first `sink` tokens and its latest `window` tokens in fp16
+(keys after RoPE, and values), and attention reads those columns from them instead of the codes:
+the tokens attention weighs most (the attention sinks at the start, the recent context) keep their
+precision, and only older tokens are read from codes (as KIVI and StreamingLLM keep a recent or a
+sink window exact). The window is a ring of `window` columns per slot (column j at j mod window);
+a step writes only each slot's last `window` new columns into it. Its fixed size per slot is
+counted in the measured bytes per token.
+
 Measured bytes per token come from these buffers (`bytes_per_token`), not from a formula.
 """
 
@@ -29,11 +37,28 @@ from veriloop.kernels.commvq import CommVQ, from_pairs, to_pairs
 from veriloop.llm.kv_cache import Chunk, RopeFn, StepLayout, causal_chunk_mask, decode_mask, grown_capacity
 from veriloop.llm.packed import PackedDecoder
 
+RECENT_WINDOW = 32
+"""Latest tokens per slot read in fp16 instead of from their codes."""
+
+SINK_TOKENS = 4
+"""First tokens per slot read in fp16 instead of from their codes."""
+
 
 class CommVQSlotCache:
     """The `KVStore` of `llm.kv_cache = "commvq"`: codes per slot, decoded inside attention."""
 
-    def __init__(self, commvq: CommVQ, decoder: PackedDecoder, slots: int, max_columns: int) -> None:
+    def __init__(
+        self,
+        commvq: CommVQ,
+        decoder: PackedDecoder,
+        slots: int,
+        max_columns: int,
+        *,
+        window: int = RECENT_WINDOW,
+        sink: int = SINK_TOKENS,
+    ) -> None:
+        if window < 0 or sink < 0:
+            raise ValueError("window and sink are token counts (0 or more)")
         if commvq.layers != len(decoder.layers) or commvq.head_dim != decoder.head_dim:
             raise ValueError("the CommVQ codebooks were fitted for another model shape")
         size = commvq.keys[0].size
@@ -69,6 +94,14 @@ class CommVQSlotCache:
         self.value_codes: list[torch.Tensor] = []
         self.value_norms: list[torch.Tensor] = []
         self.positions = torch.zeros(0, 0, dtype=torch.int32, device=self.device)
+        self.window, self.sink = window, sink
+        exact = (slots, self.kv_heads, window, self.head_dim)
+        first = (slots, self.kv_heads, sink, self.head_dim)
+        self.recent_keys = [torch.zeros(exact, dtype=torch.float16, device=self.device) for _ in range(self.layers)]
+        self.recent_values = [torch.zeros(exact, dtype=torch.float16, device=self.device) for _ in range(self.layers)]
+        self.sink_keys = [torch.zeros(first, dtype=torch.float16, device=self.device) for _ in range(self.layers)]
+        self.sink_values = [torch.zeros(first, dtype=torch.float16, device=self.device) for _ in range(self.layers)]
+        self._step: tuple[StepLayout, torch.Tensor, torch.Tensor] | None = None
 
     # ----------------------------------------------------------------- storage
 
@@ -125,6 +158,31 @@ class CommVQSlotCache:
         self.value_norms[layer][slots, :, columns] = factor.view(n, self.kv_heads).to(torch.float16)
         if layer == 0:
             self.positions[slots, columns] = layout.positions.to(torch.int32)
+        if self.window or self.sink:
+            self._write_exact(layer, layout, rope(keys, layout.positions), values)
+
+    def _exact_rows(self, layout: StepLayout) -> tuple[torch.Tensor, torch.Tensor]:
+        """(tokens of the step that go into their slot's recent ring, tokens that are sink columns), once a step."""
+        if self._step is None or self._step[0] is not layout:
+            columns = layout.columns
+            ends = columns + 1  # a decoding row's length after this step
+            for chunk in layout.chunks:  # a chunk's tokens: the slot's length after the whole chunk
+                ends[chunk.offset : chunk.offset + chunk.count] = chunk.start + chunk.count
+            recent = torch.nonzero(columns >= ends - self.window).flatten()
+            first = torch.nonzero(columns < self.sink).flatten()
+            self._step = (layout, recent, first)
+        return self._step[1], self._step[2]
+
+    def _write_exact(self, layer: int, layout: StepLayout, rotated: torch.Tensor, values: torch.Tensor) -> None:
+        recent, first = self._exact_rows(layout)
+        slots, columns = layout.slots, layout.columns
+        if self.window and recent.numel():
+            ring = columns[recent] % self.window
+            self.recent_keys[layer][slots[recent], :, ring] = rotated[recent].to(torch.float16)
+            self.recent_values[layer][slots[recent], :, ring] = values[recent].to(torch.float16)
+        if self.sink and first.numel():
+            self.sink_keys[layer][slots[first], :, columns[first]] = rotated[first].to(torch.float16)
+            self.sink_values[layer][slots[first], :, columns[first]] = values[first].to(torch.float16)
 
     # ----------------------------------------------------------------- reading
 
@@ -140,25 +198,61 @@ class CommVQSlotCache:
         rotated = self.decoder.rope(flat.to(self.decoder.dtype), positions.reshape(-1)).float()
         return rotated.view(s, length, h, -1).permute(0, 2, 1, 3)
 
-    def _attend(
-        self, layer: int, slots: slice, end: int, q: torch.Tensor, mask: torch.Tensor, scale: float
+    def _exact(
+        self, recent: list[torch.Tensor], first: list[torch.Tensor], layer: int, slots: slice, end: int
     ) -> torch.Tensor:
-        """q (S, H, Q, d), mask broadcastable to (S, H, Q, end): attention read straight from the codes."""
+        """The fp16 columns laid out at their columns: (S, H, end, d) float (the ring's slot j at every j ≡ it)."""
+        out = recent[layer][slots].float()
+        if self.window:
+            out = out.index_select(2, torch.arange(end, device=self.device) % self.window)
+        else:
+            out = out.new_zeros((*out.shape[:2], end, self.head_dim))
+        stop = min(self.sink, end)
+        if stop:
+            out[:, :, :stop] = first[layer][slots, :, :stop].float()
+        return out
+
+    def _exact_columns(self, lengths: torch.Tensor, end: int) -> torch.Tensor:
+        """(S, end) boolean: the columns each slot (holding `lengths` columns) reads in fp16."""
+        columns = torch.arange(end, device=self.device)[None, :]
+        return ((columns >= lengths[:, None] - self.window) & (columns < lengths[:, None])) | (columns < self.sink)
+
+    def _attend(
+        self,
+        layer: int,
+        slots: slice,
+        end: int,
+        q: torch.Tensor,
+        mask: torch.Tensor,
+        scale: float,
+        lengths: torch.Tensor,
+    ) -> torch.Tensor:
+        """q (S, H, Q, d), mask broadcastable to (S, H, Q, end): attention read from the codes, and from
+        the fp16 sink and recent columns of slots holding `lengths` (S,) columns."""
         keys = self._keys(layer, slots, end)
+        exact = self._exact_columns(lengths, end)[:, None, :, None] if self.window or self.sink else None
+        if exact is not None:
+            keys = torch.where(exact, self._exact(self.recent_keys, self.sink_keys, layer, slots, end), keys)
         scores = (q.float() @ keys.transpose(-1, -2)) * scale
         weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)  # (S, H, Q, L)
+        exact_out: torch.Tensor | float = 0.0
+        if exact is not None:
+            exact_weights = weights * exact[..., 0][:, :, None, :]
+            exact_out = exact_weights @ self._exact(self.recent_values, self.sink_values, layer, slots, end)
+            weights = weights - exact_weights
         weights = weights * self.value_norms[layer][slots, :, :end].float()[:, :, None, :]
         bits = _unpack(self.value_codes[layer][slots, :, :end], self.code_bits)  # (S, H, L, bits)
         summed = weights @ bits  # (S, H, Q, code_bits)
         out = summed @ self._value_books[layer] + weights.sum(-1, keepdim=True) * self._value_bias[layer]
-        return out * self._value_scale[layer][None, :, None, :]
+        return out * self._value_scale[layer][None, :, None, :] + exact_out
 
     def decode_attention(self, layer: int, layout: StepLayout, q: torch.Tensor, scale: float) -> torch.Tensor:
         used = layout.slots_used
         longest = layout.longest or int(layout.decode_lengths.max())
         full = q.new_zeros((used, *q.shape[1:]))
         full[layout.decode_slots] = q
-        out = self._attend(layer, slice(0, used), longest, full, decode_mask(layout, q.device), scale)
+        lengths = layout.decode_lengths.to(self.device)
+        out = self._attend(layer, slice(0, used), longest, full, decode_mask(layout, q.device), scale, lengths)
         return out[layout.decode_slots].to(q.dtype)
 
     def chunk_attention(self, layer: int, chunk: Chunk, q: torch.Tensor, scale: float) -> torch.Tensor:
@@ -166,7 +260,8 @@ class CommVQSlotCache:
         count, heads, group, dim = q.shape
         queries = q.permute(1, 2, 0, 3).reshape(1, heads, group * count, dim)
         mask = causal_chunk_mask(chunk.start, count, group, q.device)[None, None]
-        out = self._attend(layer, slice(chunk.slot, chunk.slot + 1), end, queries, mask, scale)
+        lengths = torch.tensor([end], device=self.device)
+        out = self._attend(layer, slice(chunk.slot, chunk.slot + 1), end, queries, mask, scale, lengths)
         return out.view(heads, group, count, dim).permute(2, 0, 1, 3).to(q.dtype)
 
     # ----------------------------------------------------------------- sharing and size
@@ -178,6 +273,10 @@ class CommVQSlotCache:
                 self.key_norms[layer][slot, :, :end].clone(),
                 self.value_codes[layer][slot, :, :end].clone(),
                 self.value_norms[layer][slot, :, :end].clone(),
+                self.recent_keys[layer][slot].clone(),
+                self.recent_values[layer][slot].clone(),
+                self.sink_keys[layer][slot].clone(),
+                self.sink_values[layer][slot].clone(),
             )
             for layer in range(self.layers)
         ]
@@ -185,17 +284,44 @@ class CommVQSlotCache:
         return saved
 
     def copy_in(self, slot: int, saved: Sequence[tuple[torch.Tensor, ...]], end: int | None = None) -> None:
-        stop = int(saved[-1][0].shape[0]) if end is None else end
+        width = int(saved[-1][0].shape[0])
+        stop = width if end is None else end
+        self.positions[slot, :stop] = saved[-1][0][:stop]
         for layer in range(self.layers):
-            key_codes, key_norms, value_codes, value_norms = saved[layer]
+            key_codes, key_norms, value_codes, value_norms, ring_keys, ring_values, sink_keys, sink_values = saved[
+                layer
+            ]
             self.key_codes[layer][slot, :, :stop] = key_codes[:, :stop]
             self.key_norms[layer][slot, :, :stop] = key_norms[:, :stop]
             self.value_codes[layer][slot, :, :stop] = value_codes[:, :stop]
             self.value_norms[layer][slot, :, :stop] = value_norms[:, :stop]
-        self.positions[slot, :stop] = saved[-1][0][:stop]
+            self.sink_keys[layer][slot] = sink_keys
+            self.sink_values[layer][slot] = sink_values
+            if not self.window:
+                continue
+            low = max(0, stop - self.window)
+            if low < width - self.window:  # part of the new ring was overwritten in the saved one: read its codes
+                self._ring_from_codes(layer, slot, low, stop)
+                kept = torch.arange(max(low, min(stop, width - self.window)), stop, device=self.device) % self.window
+            else:
+                kept = torch.arange(low, stop, device=self.device) % self.window
+            self.recent_keys[layer][slot, :, kept] = ring_keys[:, kept]
+            self.recent_values[layer][slot, :, kept] = ring_values[:, kept]
+
+    def _ring_from_codes(self, layer: int, slot: int, low: int, stop: int) -> None:
+        """Fill the ring's columns [low, stop) of `slot` with keys and values decoded from their codes."""
+        ring = torch.arange(low, stop, device=self.device) % self.window
+        keys = self._keys(layer, slice(slot, slot + 1), stop)[0, :, low:stop]  # (H, n, d)
+        bits = _unpack(self.value_codes[layer][slot, :, low:stop], self.code_bits)  # (H, n, bits)
+        raw = bits @ self._value_books[layer] + self._value_bias[layer]
+        factor = self.value_norms[layer][slot, :, low:stop].float()[..., None]
+        values = raw * factor * self._value_scale[layer][:, None, :]
+        self.recent_keys[layer][slot, :, ring] = keys.to(torch.float16)
+        self.recent_values[layer][slot, :, ring] = values.to(torch.float16)
 
     def nbytes(self) -> int:
         tensors = self.key_codes + self.key_norms + self.value_codes + self.value_norms + [self.positions]
+        tensors += self.recent_keys + self.recent_values + self.sink_keys + self.sink_values
         return sum(tensor.numel() * tensor.element_size() for tensor in tensors)
 
     def bytes_per_token(self) -> float:

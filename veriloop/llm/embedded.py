@@ -39,7 +39,7 @@ from veriloop.errors import BackendError, ConfigError
 from veriloop.llm.base import StreamDelta
 from veriloop.llm.batcher import CacheFactory, ContinuousBatcher, RowOutput, SampleSpec, SpeculativePrefill
 from veriloop.llm.kv_cache import KVStore
-from veriloop.llm.packed import PackedDecoder
+from veriloop.llm.packed import LinearWeights, PackedDecoder
 from veriloop.records import Completion, Message, Prompt, SamplingParams, Usage
 
 log = logging.getLogger(__name__)
@@ -328,12 +328,16 @@ def apply_kernels(model: Any, tokenizer: Any, settings: Settings, folder: Path) 
     return done
 
 
-def commvq_cache_factory(commvq: Any) -> CacheFactory:
-    """The batcher's cache maker for a live CommVQ cache (codes in the slots, attention reads them)."""
-    from veriloop.llm.commvq_cache import CommVQSlotCache
+def commvq_cache_factory(commvq: Any, *, window: int | None = None, sink: int | None = None) -> CacheFactory:
+    """The batcher's cache maker for a live CommVQ cache (codes in the slots, attention reads them; the
+    latest `window` and first `sink` tokens of each slot in fp16, the cache's defaults when None)."""
+    from veriloop.llm.commvq_cache import RECENT_WINDOW, SINK_TOKENS, CommVQSlotCache
+
+    recent = RECENT_WINDOW if window is None else window
+    first = SINK_TOKENS if sink is None else sink
 
     def make(decoder: PackedDecoder, slots: int, max_columns: int) -> KVStore:
-        return CommVQSlotCache(commvq, decoder, slots, max_columns)
+        return CommVQSlotCache(commvq, decoder, slots, max_columns, window=recent, sink=first)
 
     return make
 
@@ -381,6 +385,7 @@ class EmbeddedBackend:
         eos_token_ids: Sequence[int] | None = None,
         speculative: SpeculativePrefill | None = None,
         cache_factory: CacheFactory | None = None,
+        linear_weights: LinearWeights = "float32",
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -396,6 +401,7 @@ class EmbeddedBackend:
             eos_token_ids=eos_token_ids,
             speculative=speculative,
             cache_factory=cache_factory,
+            linear_weights=linear_weights,
         )
 
     @classmethod
@@ -410,6 +416,7 @@ class EmbeddedBackend:
             torch_threads=settings.llm.torch_threads,
             speculative=speculative_prefill(settings),
             cache_factory=commvq_cache_factory(kernels["commvq"]) if "commvq" in kernels else None,
+            linear_weights=settings.llm.linear_weights,
         )
         backend.kernels = kernels
         return backend
