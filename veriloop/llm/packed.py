@@ -57,6 +57,24 @@ def _mkldnn_linear_available() -> bool:
         return False
 
 
+def _plain_cpu_linear(module: Any) -> bool:
+    """A plain float32 `nn.Linear` on the CPU: the only kind the prepacked paths below replace."""
+    return (
+        type(module) is torch.nn.Linear and module.weight.device.type == "cpu" and module.weight.dtype == torch.float32
+    )
+
+
+def _weight_key(tensor: torch.Tensor | None) -> tuple[int, int]:
+    """Which tensor, at which in-place version: a packed copy made under another key is stale."""
+    if tensor is None:
+        return (0, 0)
+    try:
+        version = int(tensor._version)
+    except RuntimeError:  # an inference tensor has no version counter (and cannot be updated in place)
+        version = 0
+    return (tensor.data_ptr(), version)
+
+
 class RowAdaptiveLinear:
     """A float32 CPU `nn.Linear` that multiplies `min_rows` rows or more by a oneDNN-prepacked weight.
 
@@ -74,20 +92,11 @@ class RowAdaptiveLinear:
     @staticmethod
     def applies_to(module: Any) -> bool:
         """Whether `module` is a plain float32 CPU Linear and oneDNN's packed linear is available."""
-        return (
-            type(module) is torch.nn.Linear
-            and module.weight.device.type == "cpu"
-            and module.weight.dtype == torch.float32
-            and _mkldnn_linear_available()
-        )
+        return _plain_cpu_linear(module) and _mkldnn_linear_available()
 
     def packed_weight(self) -> torch.Tensor:
         weight = self.module.weight
-        try:
-            version = int(weight._version)
-        except RuntimeError:  # an inference tensor has no version counter (and cannot be updated in place)
-            version = 0
-        key = (weight.data_ptr(), version)
+        key = _weight_key(weight)
         if self._packed is None or key != self._key:
             with torch.no_grad():
                 self._packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), self.rows_hint)
@@ -117,16 +126,6 @@ def _fbgemm_fp16_available() -> bool:
         return False
 
 
-def _weight_key(tensor: torch.Tensor | None) -> tuple[int, int]:
-    if tensor is None:
-        return (0, 0)
-    try:
-        version = int(tensor._version)
-    except RuntimeError:  # an inference tensor has no version counter (and cannot be updated in place)
-        version = 0
-    return (tensor.data_ptr(), version)
-
-
 class HalfWeightLinear:
     """Float32 CPU Linears that read the same input, run as one product by an fp16 copy of their weights.
 
@@ -150,12 +149,7 @@ class HalfWeightLinear:
         """Whether all `modules` are plain float32 CPU Linears with one input size, and FBGEMM is in this torch."""
         return (
             bool(modules)
-            and all(
-                type(module) is torch.nn.Linear
-                and module.weight.device.type == "cpu"
-                and module.weight.dtype == torch.float32
-                for module in modules
-            )
+            and all(_plain_cpu_linear(module) for module in modules)
             and len({int(module.in_features) for module in modules}) == 1
             and _fbgemm_fp16_available()
         )
