@@ -199,3 +199,36 @@ def test_bench_llm_reports_the_ratios(model_settings: Settings, converted: tuple
     assert result["linear_weights"] == "float16" and set(numerics["perplexity"]) == {"float32", "float16"}
     assert set(numerics["tokens_per_s"]) == {"float32", "float16"} and numerics["agreement_tokens"] > 0
     assert 0.9 <= numerics["greedy_token_agreement"] <= 1 and 0.9 < numerics["perplexity_ratio"] < 1.1
+
+
+@pytest.mark.bwrap
+def test_bench_llm_commvq_live_measures_both_caches(
+    model_settings: Settings, converted: tuple[Path, float], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from veriloop.bench import llm
+    from veriloop.llm import embedded
+
+    # A coarse fit keeps the test short; the bench's own fit runs the same code with larger options.
+    monkeypatch.setattr(embedded, "COMMVQ_FIT", {"key_stages": 2, "codebook_size": 4, "em_iters": 2, "value_bits": 2})
+    monkeypatch.setattr(embedded, "COMMVQ_CALIBRATION_TOKENS", 128)
+
+    live = llm.main(
+        model_settings,
+        [
+            "--prompts",
+            "2",
+            "--max-tokens",
+            "8",
+            "--skip-numerics",
+            "--skip-generate",
+            "--skip-16",
+            "--ppl-tokens",
+            "16",
+        ],
+    )["commvq_live"]
+    for key in ("kv_bytes_per_token", "max_sequences", "tokens_per_s", "perplexity", "pass_at_1"):
+        assert set(live[key]) == {"full", "commvq"}, key
+    assert live["kv_bytes_per_token"]["commvq"] * 5 <= live["kv_bytes_per_token"]["full"]
+    assert live["max_sequences"]["commvq"] > live["max_sequences"]["full"]
+    assert all(0 <= share <= 1 for share in live["pass_at_1"].values())
+    assert all(len(ids) == round(live["pass_at_1"][name] * 2) for name, ids in live["passed"].items())

@@ -20,8 +20,9 @@ keeps each one's fastest run: a burst of load then rarely lands on one side of a
 `commvq_live` runs the batch again with `llm.kv_cache = "commvq"` (the batcher's slots hold CommVQ
 codes) and compares it with the full cache on the live batcher: bytes per cached token (measured
 from the cache's buffers), how many sequences of the bench's mean length fit `--kv-budget-mib`,
-decode tokens/s, and perplexity of each problem's canonical solution after its prompt, scored by
-teacher forcing through the same cache.
+decode tokens/s, perplexity of each problem's canonical solution after its prompt, scored by
+teacher forcing through the same cache, and HumanEval pass@1 of the greedy answers (each run through the
+problem's tests in the configured sandbox; `pass_at_1` holds the share, `passed` the tasks that passed).
 
 The batcher runs use `llm.linear_weights` (default float16: fp16 weight copies run by FBGEMM,
 activations float32). `numerics` measures that path against float32 in the same run: tokens/s of
@@ -386,7 +387,9 @@ def _commvq_live(
         "max_sequences": {},
         "tokens_per_s": {},
         "perplexity": {},
+        "pass_at_1": {},
     }
+    passed: dict[str, list[str]] = {}
     budget = args.kv_budget_mib * (1 << 20)
     for name, factory in (("full", None), ("commvq", commvq_cache_factory(commvq))):
         backend = fresh_backend(args.concurrency, factory)
@@ -403,10 +406,39 @@ def _commvq_live(
             out["perplexity"][name] = round(_perplexity(backend, contexts, answers), 4)
         finally:
             backend.close()
+        passed[name] = asyncio.run(_humaneval_passes(settings, [completion.text for completion in completions]))
+        out["pass_at_1"][name] = round(len(passed[name]) / len(completions), 4)
         _progress(f"commvq_live {name}: {out['kv_bytes_per_token'][name]} B/token, ppl {out['perplexity'][name]}")
     full, vq = out["kv_bytes_per_token"]["full"], out["kv_bytes_per_token"]["commvq"]
     result: dict[str, Any] = dict(out)
     result["bytes_ratio"] = round(full / vq, 2)
     result["perplexity_ratio"] = round(out["perplexity"]["commvq"] / out["perplexity"]["full"], 4)
     result["mean_sequence_tokens"] = "prompt + completion of the bench prompts"
+    result["passed"] = passed
     return result
+
+
+async def _humaneval_passes(settings: Settings, answers: list[str]) -> list[str]:
+    """The ids of the first len(answers) HumanEval problems whose answer passes all of the problem's tests."""
+    from veriloop.sandbox import default_limits, get_sandbox
+    from veriloop.sandbox.languages import prompt_helpers, python_tests_job
+    from veriloop.tasks.humaneval import load_humaneval
+
+    tasks = load_humaneval(settings).tasks[: len(answers)]
+    sandbox = get_sandbox(settings)
+    try:
+        ids = []
+        for task, answer in zip(tasks, answers, strict=True):
+            job = python_tests_job(
+                sandbox.toolchain,
+                answer,
+                task.tests or "",
+                entry_point=task.entry_point,
+                limits=default_limits(settings),
+                helpers=prompt_helpers(task.prompt, task.entry_point),
+            )
+            if (await sandbox.run(job)).passed:
+                ids.append(task.id)
+        return ids
+    finally:
+        await sandbox.aclose()
