@@ -194,11 +194,11 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
     m0_settings = settings.model_copy(update={"llm": settings.llm.model_copy(update={"model": str(m0)})})
     report: dict[str, Any] = {}
     if args.shapes_only:
-        tasks = [task for task in suite.tasks if task.id in set(eval_ids)]
+        evaluated = [task for task in suite.tasks if task.id in set(eval_ids)]
         backend = EmbeddedBackend.from_settings(m0_settings)
         try:
             with TrajectoryStore.from_settings(settings) as store:
-                shapes = shapes_report(m0_settings, store, backend, tasks, options)
+                shapes = shapes_report(m0_settings, store, backend, evaluated, options)
         finally:
             backend.close()
         config = {**vars(args), "m0": m0_id, "eval_tasks": eval_ids}
