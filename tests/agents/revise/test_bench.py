@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -35,3 +36,14 @@ def test_shapes_report_counts_both_runs(tmp_path: Path) -> None:
             assert side["pass_at_1"]["confidence_aware"] == 0.0 and side["refined_share"] == 0.0
             assert store.get_run(side["run"]).settings["options"]["structured"] is (label == "structured")
     assert [params.constraint is not None for _, params in backend.requests] == [True, False]
+
+
+def test_committed_reply_shapes_are_shares_of_both_runs() -> None:
+    path = Path(__file__).resolve().parents[3] / "bench" / "results" / "revise.json"
+    shapes = json.loads(path.read_text())["reply_shapes"]
+    assert shapes["tasks"] >= 10 and "--shapes-only" in shapes["command"]
+    for label in ("structured", "unstructured"):
+        side = shapes[label]
+        assert side["replies"] >= shapes["tasks"]
+        for key in ("without_code_block", "several_blocks", "unparseable", "without_function"):
+            assert 0.0 <= side[key] <= 1.0
