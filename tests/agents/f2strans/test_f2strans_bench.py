@@ -53,3 +53,15 @@ def test_shapes_only_translates_with_and_without_the_constraint(tmp_path: Path) 
         assert side["replies"] == 2 and side["without_code_block"] == 1.0 and side["unparseable"] == 1.0
         assert side["computational_accuracy"] == 0.0 and side["run"]
     assert "training" not in report
+
+
+def test_committed_reply_shapes_are_shares_of_both_runs() -> None:
+    path = Path(__file__).resolve().parents[3] / "bench" / "results" / "f2strans.json"
+    shapes = json.loads(path.read_text())["reply_shapes"]
+    assert shapes["tasks"] >= 10 and "--shapes-only" in shapes["command"]
+    for direction in ("cpp->python", "java->python"):
+        for label in ("structured", "unstructured"):
+            side = shapes[direction][label]
+            assert side["replies"] >= shapes["tasks"]
+            for key in ("without_code_block", "several_blocks", "unparseable", "without_function"):
+                assert 0.0 <= side[key] <= 1.0
