@@ -71,7 +71,9 @@ def _directions(text: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def _shapes(settings: Settings, tasks: list[Any], directions: list[tuple[str, str]], args: Any) -> dict[str, Any]:
+def _shapes(
+    settings: Settings, tasks: list[Any], directions: list[tuple[str, str]], args: argparse.Namespace
+) -> dict[str, Any]:
     """Reply shapes of the base model's translations of `tasks`, with and without the `structured` constraint."""
     from veriloop.agents.f2strans.prompts import FENCE, kept_name
     from veriloop.bench._shapes import reply_shapes
@@ -87,7 +89,7 @@ def _shapes(settings: Settings, tasks: list[Any], directions: list[tuple[str, st
                 "turns": args.turns,
                 "max_tokens": args.max_tokens,
                 "concurrency": args.concurrency,
-                "linter": False,
+                "linter": False,  # style is not reported here; the linters only cost time
                 "structured": structured,
             }
             run_id, summary = asyncio.run(_translate(settings, tasks, source, target, options, label))
