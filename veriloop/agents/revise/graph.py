@@ -10,6 +10,8 @@
 
 The tests only label the stored attempts (the data the curriculum learns from); the agent never
 sees them. The backend must score next tokens (`SelfVerifyingBackend`: the embedded one does).
+With `structured`, every attempt (first or refined) is decoded as one python block holding the task's
+function; a decision is never decoded, so it needs no constraint and cannot fail to parse.
 """
 
 from __future__ import annotations
