@@ -53,12 +53,14 @@ def stable_seed(*parts: object) -> int:
     return zlib.crc32(":".join(str(part) for part in parts).encode())
 
 
-def answer_constraint(task: Task, fence: str, enabled: bool) -> Constraint | None:
+def answer_constraint(task: Task, fence: str, enabled: bool, name: str | None = None) -> Constraint | None:
     """What a method asks the model for, as a decoding constraint: one block fenced `fence`, holding
-    `def <entry_point>(` when the task is Python with an entry point (None when the method's option is off)."""
+    `def <name>(` when the fence is python and a name is known (`name`, else the task's entry point), or
+    None when the method's option is off. A reply cut at the token limit is still an open block."""
     if not enabled:
         return None
-    signature = f"def {task.entry_point}(" if task.entry_point and fence == "python" else None
+    entry = name or task.entry_point
+    signature = f"def {entry}(" if entry and fence == "python" else None
     return fenced_block(fence, signature)
 
 

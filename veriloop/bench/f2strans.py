@@ -7,6 +7,11 @@ base model, then one training round runs (functional SFT on the reference pairs 
 functions plus the model's passing translations of them; then style DPO on pairs built from sampled
 candidates of `--train-tasks` other functions, the reference competing), and the held-out functions
 are translated again by the trained model. No held-out function is trained on. Progress goes to stderr.
+
+`--shapes-only` skips training: the base model translates the held-out functions twice, with the `structured`
+constraint and without it, and `reply_shapes` (`bench/_shapes.py`) gives the share of replies without a block in
+the target language, with several blocks, whose code does not parse (or compile), and without the function
+the prompt asks to keep.
 """
 
 from __future__ import annotations
@@ -48,6 +53,11 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--suite", default="transcoder")
     parser.add_argument("--work", type=Path, help="Folder for the store, data and checkpoints (default: temporary).")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--shapes-only",
+        action="store_true",
+        help="No training: translate the held-out functions with and without `structured`; report reply shapes.",
+    )
     return parser.parse_args(argv)
 
 
@@ -59,6 +69,42 @@ def _directions(text: str) -> list[tuple[str, str]]:
             raise ConfigError(f"bad direction {item!r}; write it as cpp->python")
         pairs.append((source, target))
     return pairs
+
+
+def _shapes(
+    settings: Settings, tasks: list[Any], directions: list[tuple[str, str]], args: argparse.Namespace
+) -> dict[str, Any]:
+    """Reply shapes of the base model's translations of `tasks`, with and without the `structured` constraint."""
+    from veriloop.agents.f2strans.prompts import FENCE, kept_name
+    from veriloop.bench._shapes import reply_shapes
+    from veriloop.store import TrajectoryStore
+    from veriloop.tasks.transcoder import translation
+
+    report: dict[str, Any] = {"tasks": len(tasks), "turns": args.turns, "max_tokens": args.max_tokens}
+    for source, target in directions:
+        names = {task.id: kept_name(translation(task, source, target).source_name) for task in tasks}
+        shown: dict[str, Any] = {}
+        for label, structured in (("structured", True), ("unstructured", False)):
+            options = {
+                "turns": args.turns,
+                "max_tokens": args.max_tokens,
+                "concurrency": args.concurrency,
+                "linter": False,  # style is not reported here; the linters only cost time
+                "structured": structured,
+            }
+            run_id, summary = asyncio.run(_translate(settings, tasks, source, target, options, label))
+            with TrajectoryStore.from_settings(settings) as store:
+                nodes = store.list_nodes(run_id)
+            shapes = reply_shapes(nodes, ("translate", "repair"), FENCE.get(target, target), names)
+            shown[label] = {
+                **(shapes or {}),
+                "computational_accuracy": summary["computational_accuracy"],
+                "seconds": summary["seconds"],
+                "run": run_id,
+            }
+            _say(f"{label} {source}->{target}: {shown[label]}")
+        report[f"{source}->{target}"] = shown
+    return report
 
 
 async def _translate(
@@ -118,11 +164,14 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
     suite = load_suite(args.suite, settings)
     pool = [task for task in suite.tasks if all(has_direction(task, s, t) for s, t in directions)]
     random.Random(args.seed).shuffle(pool)
-    if len(pool) < args.n + args.train_tasks:
-        raise ConfigError(
-            f"{args.suite} has {len(pool)} functions with every direction; need {args.n + args.train_tasks}"
-        )
+    needed = args.n if args.shapes_only else args.n + args.train_tasks
+    if len(pool) < needed:
+        raise ConfigError(f"{args.suite} has {len(pool)} functions with every direction; need {needed}")
     held_out, others = pool[: args.n], pool[args.n :]
+    if args.shapes_only:
+        _say(f"{len(held_out)} held-out functions, reply shapes only; work dir {work}")
+        shapes = _shapes(settings, held_out, directions, args)
+        return {"reply_shapes": shapes, "seconds": round(time.perf_counter() - started, 1)}
     sampled = others[: args.train_tasks]
     _say(f"{len(held_out)} held-out functions, {len(others)} for training ({len(sampled)} sampled); work dir {work}")
     eval_options = {"turns": args.turns, "max_tokens": args.max_tokens, "concurrency": args.concurrency}

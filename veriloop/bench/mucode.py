@@ -7,8 +7,9 @@ Every configuration is a stored run made by `agents/runner.py` (create_run / exe
   by every test);
 * `multi_turn`: greedy, up to `--turns` turns with public-test feedback;
 * `multi_turn_unstructured`: the same without the `structured` constraint (each reply one fenced block
-  holding the task's function), so `reply_shapes` (candidates without a code block, candidates whose code
-  does not parse) shows what the constraint changes;
+  holding the task's function), so `reply_shapes` (`bench/_shapes.py`: candidates without a python block,
+  with several blocks, whose code does not parse, without the task's function) shows what the constraint
+  changes;
 * `bon_pt`, `bon_lv`, `bon_pt_lv`, `bon_random`: multi-turn best-of-N (`--n` samples a turn at
   `--temperature`), selection by public tests, the learned verifier of the training round,
   100 x public + verifier, or at random;
@@ -34,6 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from veriloop.bench._shapes import reply_shapes
 from veriloop.config import Settings
 from veriloop.llm.base import Backend
 from veriloop.records import Completion, Prompt, SamplingParams
@@ -124,22 +126,10 @@ def _repeat_rate(nodes: Sequence[Any]) -> tuple[int, int]:
     return repeats, repairs
 
 
-def _reply_shapes(nodes: Sequence[Any]) -> dict[str, float] | None:
-    """Over generated candidates (generate and refine nodes): the share whose reply holds no fenced code block
-    (prose), and the share whose code is not valid Python (prose, or a block cut off by the length limit)."""
-    import ast
-
-    candidates = [node for node in nodes if node.role in ("generate", "refine")]
-    if not candidates:
-        return None
-    prose = broken = 0
-    for node in candidates:
-        prose += node.completion is not None and "```" not in node.completion.text
-        try:
-            ast.parse(node.code or "")
-        except (SyntaxError, ValueError):
-            broken += 1
-    return {"without_code_block": round(prose / len(candidates), 4), "unparseable": round(broken / len(candidates), 4)}
+def _reply_shapes(nodes: Sequence[Any], entry_points: dict[str, str]) -> dict[str, Any] | None:
+    """Over generated candidates (generate and refine nodes): the shares without a python block, with several
+    blocks, whose code does not parse, and without `def <entry_point>` (`bench._shapes`)."""
+    return reply_shapes(nodes, ("generate", "refine"), "python", entry_points)
 
 
 def _single_turn(nodes: Sequence[Any]) -> int:
@@ -170,6 +160,10 @@ async def _measure(settings: Settings, args: argparse.Namespace) -> dict[str, An
         "seed": args.seed,
         "concurrency": args.concurrency,
     }
+    from veriloop.tasks import load_suite
+
+    held_out = load_suite(args.suite, settings).select(limit=args.tasks).tasks
+    entry_points = {task.id: task.entry_point for task in held_out if task.entry_point}
     store = TrajectoryStore.from_settings(settings)
     sandbox = get_sandbox(settings)
     _say("loading the model")
@@ -213,14 +207,14 @@ async def _measure(settings: Settings, args: argparse.Namespace) -> dict[str, An
                 results["single_turn"] = _single_turn(nodes) / args.tasks
                 repeats, repairs = _repeat_rate(nodes)
                 extra["multi_turn_repeats"] = {"repeated": repeats, "repair_turns": repairs}
-                extra.setdefault("reply_shapes", {})["multi_turn"] = _reply_shapes(nodes)
+                extra.setdefault("reply_shapes", {})["multi_turn"] = _reply_shapes(nodes, entry_points)
             save_partial()
         if "multi_turn_unstructured" not in skip:
             with contextlib.suppress(Exception):
                 plain = {**common, "n": 1, "structured": False}
                 run_id, passed = await measure("multi_turn_unstructured", plain, base, args.suite, args.tasks)
                 results["multi_turn_unstructured"] = passed / args.tasks
-                shapes = _reply_shapes(store.list_nodes(run_id))
+                shapes = _reply_shapes(store.list_nodes(run_id), entry_points)
                 extra.setdefault("reply_shapes", {})["multi_turn_unstructured"] = shapes
             save_partial()
         if "after_training_multi_turn" not in skip or not {"bon_lv", "bon_pt_lv"} <= skip:
@@ -238,7 +232,6 @@ async def _measure(settings: Settings, args: argparse.Namespace) -> dict[str, An
                 await measure("training", options, base, args.train_suite, args.train_tasks)
             from veriloop.agents.mucode.state import MuCodeOptions
             from veriloop.agents.mucode.training import ITERATION_KIND, loop_key
-            from veriloop.tasks import load_suite
 
             tasks = load_suite(args.train_suite, settings).select(limit=args.train_tasks).tasks
             key = loop_key(MuCodeOptions.model_validate(options), tasks, settings.llm.model)

@@ -10,6 +10,11 @@ confidence-aware decoding before the curriculum, and confidence-aware decoding a
 
 The slices are disjoint (stage 2 trains on reference solutions): evaluation takes every 5th HumanEval
 task, training the next two after each. Each run is stored; run ids are in the output.
+
+`--shapes-only` skips the curriculum: M0 answers the evaluation slice twice, with the `structured` constraint on
+its attempts and without it, and `reply_shapes` (`bench/_shapes.py`) gives the share of attempts (first and
+refined) without a python block, with several blocks, whose code does not parse, and without the task's
+function. The [eos]/[refine] decisions are read from probabilities, never parsed, so they have no shape.
 """
 
 from __future__ import annotations
@@ -42,6 +47,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--max-length", type=int, default=512)
     parser.add_argument("--max-batch-size", type=int, default=16, help="Rows decoded together.")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--shapes-only",
+        action="store_true",
+        help="No curriculum: answer the evaluation slice with M0, with and without `structured`; report reply shapes.",
+    )
     return parser.parse_args(argv)
 
 
@@ -116,6 +126,41 @@ async def _execute(settings: Settings, store: Any, run_id: str, backend: Any) ->
     return time.perf_counter() - started
 
 
+def shapes_report(
+    settings: Settings, store: Any, backend: Any, tasks: Sequence[Any], options: dict[str, Any]
+) -> dict[str, Any]:
+    """`backend`'s attempts on `tasks` with and without `structured`: reply shapes and pass@1 of each."""
+    from veriloop.agents.runner import create_run
+    from veriloop.bench._shapes import reply_shapes
+
+    ids = [task.id for task in tasks]
+    names = {task.id: task.entry_point for task in tasks if task.entry_point}
+    report: dict[str, Any] = {"tasks": len(ids)}
+    for label, structured in (("structured", True), ("unstructured", False)):
+        run = create_run(
+            store,
+            settings,
+            agent="revise",
+            suite=tasks[0].suite,
+            options={**options, "structured": structured},
+            task_ids=ids,
+            extra={"bench": f"revise:shapes:{label}"},
+        )
+        _say(f"{label}: {len(ids)} tasks (run {run.id})")
+        seconds = asyncio.run(_execute(settings, store, run.id, backend))
+        shapes = reply_shapes(store.list_nodes(run.id), ("generate", "refine"), "python", names)
+        metrics = run_metrics(store, run.id, ids)
+        report[label] = {
+            **(shapes or {}),
+            "pass_at_1": {key: metrics[key] for key in ("sampling", "majority", "confidence_aware")},
+            "refined_share": metrics["refined_share"],
+            "seconds": round(seconds, 1),
+            "run": run.id,
+        }
+        _say(f"{label}: {report[label]}")
+    return report
+
+
 def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
     import torch
 
@@ -148,6 +193,16 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
     }
     m0_settings = settings.model_copy(update={"llm": settings.llm.model_copy(update={"model": str(m0)})})
     report: dict[str, Any] = {}
+    if args.shapes_only:
+        evaluated = [task for task in suite.tasks if task.id in set(eval_ids)]
+        backend = EmbeddedBackend.from_settings(m0_settings)
+        try:
+            with TrajectoryStore.from_settings(settings) as store:
+                shapes = shapes_report(m0_settings, store, backend, evaluated, options)
+        finally:
+            backend.close()
+        config = {**vars(args), "m0": m0_id, "eval_tasks": eval_ids}
+        return {"reply_shapes": shapes, "config": config, "seconds": round(time.perf_counter() - started, 1)}
     with TrajectoryStore.from_settings(settings) as store:
         runs = {
             "train": create_run(

@@ -12,13 +12,19 @@ CLOSING_FENCE = "\n```\n"
 _FENCE = re.compile(r"```[ \t]*([\w+#.-]*)[ \t]*\n(.*?)(?:\n```|\Z)", re.DOTALL)
 
 
+def fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """Every fenced block of `text` as (lower-cased language tag, body); a last block cut off before its
+    closing fence counts."""
+    return [(tag.lower(), body) for tag, body in _FENCE.findall(text)]
+
+
 def extract_code(text: str, language: str | None = None) -> str:
     """The first fenced block tagged `language` (else the first fenced block, else the text itself).
 
     A reply cut off by a stop string or the length limit has no closing fence; its open block
     still counts, so a truncated answer is tested as written rather than discarded.
     """
-    blocks: list[tuple[str, str]] = [(tag.lower(), body) for tag, body in _FENCE.findall(text)]
+    blocks = fenced_blocks(text)
     if not blocks:
         return text.strip("\n")
     if language:

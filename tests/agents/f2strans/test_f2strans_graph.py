@@ -14,11 +14,14 @@ from veriloop.agents.base import make_agent
 from veriloop.agents.checkpoint import open_checkpointer, thread_id
 from veriloop.agents.f2strans import F2STransAgent, F2STransOptions
 from veriloop.agents.f2strans.data import functional_rows, nodes_of_runs, style_rows, summarize
+from veriloop.agents.f2strans.graph import sampling
+from veriloop.agents.f2strans.prompts import kept_name
 from veriloop.agents.runner import create_run, execute_run
 from veriloop.cli import main
 from veriloop.config import Settings, load_settings
 from veriloop.errors import ConfigError
-from veriloop.records import Attempt, ExecStatus, Prompt
+from veriloop.llm.codeblocks import fenced_block
+from veriloop.records import Attempt, ExecStatus, Prompt, Task
 from veriloop.store import TrajectoryStore
 from veriloop.testing import ScriptedBackend, prompt_text, tiny_model_folder
 
@@ -72,6 +75,31 @@ def test_failed_translation_is_repaired_with_test_feedback(settings: Settings) -
         assert exemplar.payload["target"] == second.code and exemplar.payload["source_language"] == "cpp"
         summary = summarize(store, [attempt])
     assert summary["computational_accuracy"] == 1.0 and summary["style"] == second.metadata["style"]["score"]
+
+
+def test_structured_asks_for_one_block_with_the_kept_function() -> None:
+    task = Task(id="t/1", suite="t", prompt="int addOne(int x) { return x + 1; }", entry_point="f_filled")
+    for turn, samples in ((0, 1), (0, 3), (1, 3)):
+        options = F2STransOptions(samples=samples)
+        params = sampling(options, turn, task, "addOne")
+        assert params.constraint == fenced_block("python", "def addOne(")  # the prompt's name, not the slot's
+        assert sampling(options.model_copy(update={"structured": False}), turn, task, "addOne").constraint is None
+    to_cpp = F2STransOptions(source="python", target="cpp")
+    assert sampling(to_cpp, 0, task, "add_one").constraint == fenced_block("cpp")  # no signature outside Python
+    assert kept_name("") == "f_gold" and kept_name("addOne") == "addOne"
+
+
+@pytest.mark.slow
+@pytest.mark.bwrap
+@pytest.mark.data("transcoder_unitrans_cleaned")
+@pytest.mark.parametrize("structured", [True, False])
+def test_every_turn_carries_the_constraint_or_none(settings: Settings, structured: bool) -> None:
+    backend = ScriptedBackend([WRONG])
+    options = {"turns": 2, "structured": structured, "checkpoint": False, "linter": False}
+    _, [attempt] = _run(settings, backend, options, [ADD_ONE])
+    assert attempt.status == "failed" and len(backend.requests) == 2  # translate, then one repair
+    expected = fenced_block("python", "def addOne(") if structured else None
+    assert [params.constraint for _, params in backend.requests] == [expected, expected]
 
 
 @pytest.mark.slow
@@ -252,6 +280,10 @@ def test_real_model_translates_three_functions(tmp_path: Path, model_settings: S
         nodes = nodes_of_runs(store, [run.id])
         assert all(node.completion is not None and node.exec_result is not None for node in nodes)
         assert all(0.0 <= node.metadata["style"]["score"] <= 1.0 for node in nodes)
+        for node in nodes:  # `structured` (on by default): one python block holding the source's function name
+            assert node.completion is not None and node.completion.text.startswith("```python\n")
+            name = kept_name(str(store.get_task(node.task_id).metadata["names"]["cpp"]))
+            assert node.completion.finish_reason == "length" or f"def {name}(" in node.completion.text
         tasks = [store.get_task(task_id) for task_id in ids]
     sft = functional_rows(tasks, "cpp", "python", nodes)
     pairs = style_rows(tasks, "cpp", "python", nodes)

@@ -38,6 +38,7 @@ def test_bench_reports_every_key_with_a_scripted_model(tmp_path: Path) -> None:
     assert "single_turn" in result["table"] and result["bon_cache"]["hits"] > 0
     shapes = result["reply_shapes"]  # both runs report their replies' shapes, with and without the constraint
     assert set(shapes) == {"multi_turn", "multi_turn_unstructured"}
-    assert all(0 <= share <= 1 for run in shapes.values() for share in run.values())
+    shares = ("without_code_block", "several_blocks", "unparseable", "without_function")
+    assert all(run["replies"] > 0 and all(0 <= run[key] <= 1 for key in shares) for run in shapes.values())
     with TrajectoryStore.from_settings(settings) as store:
         assert {run.id for run in store.list_runs()} >= set(result["runs"].values())

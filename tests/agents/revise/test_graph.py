@@ -17,6 +17,7 @@ from veriloop.agents.revise.state import Trajectory
 from veriloop.config import Settings, load_settings
 from veriloop.errors import ConfigError
 from veriloop.llm.base import Backend
+from veriloop.llm.codeblocks import fenced_block
 from veriloop.records import Prompt, Run, RunStatus, Task
 from veriloop.sandbox import Sandbox, get_sandbox
 from veriloop.store import TrajectoryStore
@@ -102,6 +103,21 @@ async def test_refine_after_a_wrong_answer_fixes_it(settings: Settings, task: Ta
     generated = [prompt for prompt, _ in backend.requests]
     assert sum(isinstance(p, str) and p.endswith(REFINE_TOKEN) for p in generated) == 2
     assert len(backend.scored) == 4
+
+
+@pytest.mark.bwrap
+@pytest.mark.parametrize("structured", [True, False])
+async def test_answers_and_refinements_carry_the_constraint_or_none(
+    settings: Settings, task: Task, env: Env, structured: bool
+) -> None:
+    backend = ScriptedScoringBackend([refine_to_right], scorer=judge(0.9, 0.2))
+    options = ReviseOptions(samples=2, max_refinements=1, structured=structured, checkpoint=False)
+    assert (await ReviseAgent(options).solve(task, context(settings, env, backend))).status == "passed"
+    refining = [isinstance(prompt, str) and prompt.endswith(REFINE_TOKEN) for prompt, _ in backend.requests]
+    assert refining == [False, True, True]  # one request for the K first attempts, one per refinement
+    expected = fenced_block("python", "def add(") if structured else None  # HumanEval/53's entry point
+    assert [params.constraint for _, params in backend.requests] == [expected] * 3
+    assert len(backend.scored) == 4  # the decisions are scored next tokens either way, never generated text
 
 
 @pytest.mark.bwrap

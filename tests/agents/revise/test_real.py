@@ -56,6 +56,11 @@ def test_run_revise_with_the_embedded_model(
             decisions = [node for node in nodes if node.role == "verify"]
             [select] = [node for node in nodes if node.role == "select"]
             assert len(first) == 2 and all(node.exec_result is not None for node in first)
+            entry = f"def {tasks[attempt['task_id']].entry_point}("
+            for node in nodes:  # `structured` (on by default): every attempt is one python block with the function
+                if node.role in ("generate", "refine"):
+                    assert node.completion is not None and node.completion.text.startswith("```python\n")
+                    assert node.completion.finish_reason == "length" or entry in node.completion.text
             assert len(decisions) >= 2
             for node in decisions:
                 assert 0.0 < node.metadata["p_eos"] < 1.0 and 0.0 < node.metadata["p_refine"] < 1.0

@@ -25,12 +25,11 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
 from veriloop.agents.checkpoint import thread_id
-from veriloop.agents.common import run_graph, share_passed
+from veriloop.agents.common import answer_constraint, run_graph, share_passed
 from veriloop.agents.context import AgentContext
 from veriloop.agents.f2strans import prompts
 from veriloop.agents.f2strans.state import F2STransOptions, TranslationState
 from veriloop.agents.f2strans.style import style_score
-from veriloop.llm.codeblocks import fenced_block
 from veriloop.records import (
     STEP_KEY,
     Attempt,
@@ -80,11 +79,12 @@ def initial_state(task: Task, item: Translation) -> TranslationState:
     )
 
 
-def sampling(options: F2STransOptions, turn: int) -> SamplingParams:
+def sampling(options: F2STransOptions, turn: int, task: Task, name: str) -> SamplingParams:
     """First turn: `samples` draws (sampled when there is more than one); repairs: one greedy reply. With
-    `structured`, every reply is one block fenced in the target language."""
+    `structured`, every reply is one block fenced in the target language, holding `def <name>(` for a Python
+    target (`name`: the function name the prompt asks to keep)."""
     fence = prompts.FENCE.get(options.target, options.target)
-    constraint = fenced_block(fence) if options.structured else None
+    constraint = answer_constraint(task, fence, options.structured, name=name)
     if turn == 0 and options.samples > 1:
         temperature = options.temperature or 0.8
         return SamplingParams(
@@ -109,7 +109,9 @@ def sampling(options: F2STransOptions, turn: int) -> SamplingParams:
 async def translate(state: TranslationState, runtime: Runtime[Deps]) -> dict[str, Any]:
     deps = runtime.context
     messages = [Message.model_validate(m) for m in state["messages"]]
-    [completions] = await deps.ctx.backend.generate([messages], sampling(deps.options, state["turn"]))
+    [completions] = await deps.ctx.backend.generate(
+        [messages], sampling(deps.options, state["turn"], deps.task, prompts.kept_name(deps.item.source_name))
+    )
     return {"pending": [completion.model_dump(mode="json") for completion in completions]}
 
 

@@ -29,12 +29,17 @@ def display(language: str) -> str:
     return DISPLAY.get(language, language)
 
 
+def kept_name(source_name: str) -> str:
+    """The function name the translation is asked to keep (`f_gold` when the source's is unknown)."""
+    return source_name or "f_gold"
+
+
 def translate_messages(source_language: str, target_language: str, source: str, name: str) -> list[Message]:
     """The first-turn request: translate `source` into the target language, keeping its name."""
     text = TRANSLATE.format(
         source=display(source_language),
         target=display(target_language),
-        name=name or "f_gold",
+        name=kept_name(name),
         fence=FENCE.get(target_language, target_language),
         source_fence=FENCE.get(source_language, source_language),
         code=source.strip("\n"),

@@ -25,8 +25,9 @@ class F2STransOptions(CheckpointedOptions):
     seed: int = Field(0, description="Sampling seed of the first turn.")
     structured: bool = Field(
         True,
-        description="Constrain each reply to one fenced code block (holding the task's function) by token masks "
-        "in the backend; turn off for an OpenAI-compatible server that takes no regex constraint.",
+        description="Constrain each reply to one block fenced in the target language (holding `def <name>(` for "
+        "Python, the name the prompt asks to keep) by token masks in the backend; turn off for an "
+        "OpenAI-compatible server that takes no regex constraint.",
     )
     linter: bool = Field(True, description="Lint every candidate for its style score (ruff, gcc, javac).")
     # training: one F2STrans round on this run's translations (`training.train_on_run`)

@@ -10,6 +10,8 @@
 
 The tests only label the stored attempts (the data the curriculum learns from); the agent never
 sees them. The backend must score next tokens (`SelfVerifyingBackend`: the embedded one does).
+With `structured`, every attempt (first or refined) is decoded as one python block holding the task's
+function; a decision is never decoded, so it needs no constraint and cannot fail to parse.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
 from veriloop.agents.checkpoint import thread_id
-from veriloop.agents.common import run_graph, run_tests, share_passed, stable_seed
+from veriloop.agents.common import answer_constraint, run_graph, run_tests, share_passed, stable_seed
 from veriloop.agents.context import AgentContext
 from veriloop.agents.revise import prompts
 from veriloop.agents.revise.state import ReviseOptions, ReviseState, Trajectory
@@ -92,7 +94,9 @@ def _dump(trajectories: Sequence[Trajectory]) -> list[dict[str, Any]]:
     return [t.model_dump() for t in trajectories]
 
 
-def _params(options: ReviseOptions, n: int, seed: int) -> SamplingParams:
+def _params(options: ReviseOptions, task: Task, n: int, seed: int) -> SamplingParams:
+    """How an attempt (first or refined) is sampled: with `structured`, as one python block holding the task's
+    function. The decision after it is never generated text: `verify` compares p([eos]) with p([refine])."""
     greedy = options.samples == 1
     return SamplingParams(
         n=n,
@@ -100,6 +104,7 @@ def _params(options: ReviseOptions, n: int, seed: int) -> SamplingParams:
         max_tokens=options.max_tokens,
         stop=[CLOSING_FENCE],
         seed=seed,
+        constraint=answer_constraint(task, "python", options.structured),
     )
 
 
@@ -139,7 +144,7 @@ async def answer(state: ReviseState, runtime: Runtime[Deps]) -> dict[str, Any]:
     """K first attempts from the prompt alone."""
     deps = runtime.context
     options, task = deps.options, deps.task
-    params = _params(options, options.samples, stable_seed(options.seed, task.id, "answer"))
+    params = _params(options, task, options.samples, stable_seed(options.seed, task.id, "answer"))
     [completions] = await deps.ctx.backend.generate([state["prefix"]], params)
     trajectories = [Trajectory(index=index) for index in range(len(completions))]
     await _record_attempts(deps, trajectories, completions)
@@ -147,7 +152,8 @@ async def answer(state: ReviseState, runtime: Runtime[Deps]) -> dict[str, Any]:
 
 
 async def verify(state: ReviseState, runtime: Runtime[Deps]) -> dict[str, Any]:
-    """The decision after each open trajectory's latest attempt: p([eos]) against p([refine])."""
+    """The decision after each open trajectory's latest attempt: p([eos]) against p([refine]), read as next-token
+    probabilities rather than generated, so no decision can fail to parse (and `structured` leaves it alone)."""
     deps = runtime.context
     ctx, options = deps.ctx, deps.options
     trajectories = _load(state)
@@ -201,7 +207,8 @@ async def refine(state: ReviseState, runtime: Runtime[Deps]) -> dict[str, Any]:
     open_ = [t for t in trajectories if not t.done]
     calls = [
         deps.ctx.backend.generate(
-            [state["prefix"] + t.transcript], _params(options, 1, stable_seed(options.seed, task.id, t.index, t.rounds))
+            [state["prefix"] + t.transcript],
+            _params(options, task, 1, stable_seed(options.seed, task.id, t.index, t.rounds)),
         )
         for t in open_
     ]

@@ -25,6 +25,11 @@ class ReviseOptions(CheckpointedOptions):
     )
     max_tokens: int = Field(320, ge=16, le=4096, description="New tokens per attempt at most.")
     seed: int = Field(0, description="Base seed; each task, trajectory and round derives its own.")
+    structured: bool = Field(
+        True,
+        description="Constrain each attempt (first and refined) to one ```python block holding `def <entry_point>(` "
+        "by token masks in the backend; the [eos]/[refine] decision is read from probabilities either way.",
+    )
     # training: the two-stage curriculum on this run's trajectories (`curriculum.train_on_run`)
     train: bool = Field(False, description="Then train the curriculum (verify, then correct) on this run's attempts.")
     stage_steps: tuple[int, int] = Field((20, 20), description="Optimiser steps of stage 1 and stage 2 (train).")

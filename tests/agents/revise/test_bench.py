@@ -1,0 +1,49 @@
+"""`veriloop bench revise --shapes-only`'s measurement with a scripted scoring model and the real sandbox."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from veriloop.bench import revise
+from veriloop.config import load_settings
+from veriloop.records import Prompt
+from veriloop.store import TrajectoryStore
+from veriloop.tasks import load_suite
+from veriloop.testing import ScriptedScoringBackend
+
+
+def prose_then_code(prompt: Prompt) -> str:
+    """A first attempt in prose, a refinement as code that does not parse."""
+    assert isinstance(prompt, str)
+    return "```python\ndef add(x, y):\n    return (\n```" if prompt.endswith("[refine]") else "It adds x and y."
+
+
+@pytest.mark.bwrap
+def test_shapes_report_counts_both_runs(tmp_path: Path) -> None:
+    settings = load_settings(paths={"home": tmp_path}, llm={"backend": "scripted"})
+    tasks = load_suite("humaneval", settings).select(ids=["HumanEval/53"]).tasks
+    backend = ScriptedScoringBackend([prose_then_code])  # equal scores: [eos] wins ties, so nothing is refined
+    options = {"samples": 2, "max_refinements": 1, "checkpoint": False}
+    with TrajectoryStore.from_settings(settings) as store:
+        report = revise.shapes_report(settings, store, backend, tasks, options)
+        assert report["tasks"] == 1
+        for label in ("structured", "unstructured"):
+            side = report[label]
+            assert side["replies"] == 2 and side["without_code_block"] == 1.0 and side["without_function"] == 1.0
+            assert side["pass_at_1"]["confidence_aware"] == 0.0 and side["refined_share"] == 0.0
+            assert store.get_run(side["run"]).settings["options"]["structured"] is (label == "structured")
+    assert [params.constraint is not None for _, params in backend.requests] == [True, False]
+
+
+def test_committed_reply_shapes_are_shares_of_both_runs() -> None:
+    path = Path(__file__).resolve().parents[3] / "bench" / "results" / "revise.json"
+    shapes = json.loads(path.read_text())["reply_shapes"]
+    assert shapes["tasks"] >= 10 and "--shapes-only" in shapes["command"]
+    for label in ("structured", "unstructured"):
+        side = shapes[label]
+        assert side["replies"] >= shapes["tasks"]
+        for key in ("without_code_block", "several_blocks", "unparseable", "without_function"):
+            assert 0.0 <= side[key] <= 1.0
