@@ -79,6 +79,11 @@ class LLMSettings(Section):
         description="Weights the embedded batcher's CPU linear layers multiply by: float32, or an fp16 copy run by "
         "FBGEMM (activations stay float32; quality against float32 in `veriloop bench llm` under numerics).",
     )
+    overlap_prefill: bool = Field(
+        True,
+        description="Prefill joining prompts on a second thread (one torch thread each) while the embedded batcher "
+        "decodes the running rows (CPU, full KV cache).",
+    )
 
 
 class StoreSettings(Section):
