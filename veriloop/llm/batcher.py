@@ -480,11 +480,11 @@ class ContinuousBatcher:
         chunks: list[tuple[_Group, int]] = []
         finishing: list[_Group] = []
         if self.overlap_prefill:
-            self._start_prefill()
+            self._start_prefill(idle=not decoding and not firsts)
             if not decoding and not firsts and self._job is not None:
                 waited = self._collect_prefill(firsts, wait=True)  # nothing to decode meanwhile
                 self._place_ready(firsts)
-                self._start_prefill()  # the next prompts are read while these rows decode
+                self._start_prefill(idle=not firsts)  # the next prompts are read while these rows decode
         else:
             chunks, finishing = self._plan_chunks(bool(decoding))
         self.stats.schedule_s += time.perf_counter() - started - waited
@@ -670,12 +670,12 @@ class ContinuousBatcher:
             self.speculative_prefills += 1
             self._scored.append(group)
 
-    def _plan_chunks(self, decoding: bool) -> tuple[list[tuple[_Group, int]], list[_Group]]:
-        """(group, tokens) to prefill this step, first come first served, within the step's budget."""
+    def _plan_chunks(self, decoding: bool, groups: int | None = None) -> tuple[list[tuple[_Group, int]], list[_Group]]:
+        """(group, tokens) to prefill this step, first come first served, within the step's budget (and `groups`)."""
         budget = self.prefill_chunk if decoding else max(self.prefill_chunk, IDLE_PREFILL_CHUNK)
         chunks: list[tuple[_Group, int]] = []
         finishing: list[_Group] = []
-        for group in self._prefilling:
+        for group in list(self._prefilling)[:groups]:
             if budget <= 0:
                 break
             count = min(budget, group.width - group.done)
@@ -766,7 +766,7 @@ class ContinuousBatcher:
 
     # ------------------------------------------------------------------ prefill on its own thread
 
-    def _start_prefill(self) -> None:
+    def _start_prefill(self, *, idle: bool) -> None:
         """Hand the next prompt chunks to the prefill thread (one job at a time), which writes only their slots.
 
         The decode steps go on meanwhile on the worker, so with two cores the prompts that join cost
@@ -774,7 +774,9 @@ class ContinuousBatcher:
         """
         if self._job is not None or not self._prefilling:
             return
-        chunks, finishing = self._plan_chunks(False)
+        # With nothing to decode the worker waits for this job: the first prompt alone, so that it decodes
+        # sooner, while the next job reads the others.
+        chunks, finishing = self._plan_chunks(False, 1 if idle else None)
         if not chunks:
             return
         ids, layout, logit_index = self._step_inputs([], chunks, finishing)
