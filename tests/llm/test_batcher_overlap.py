@@ -36,7 +36,12 @@ def on_prefill_thread() -> bool:
 
 
 @pytest.fixture
-def overlapped(tiny: tuple[Any, Any]) -> Iterator[Any]:
+def overlapped(tiny: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """Batchers with the prefill thread, used whatever core share it gets (the tiny model's jobs are too
+    short to measure it, and the test machine's other work must not switch it off)."""
+    from veriloop.llm import batcher as module
+
+    monkeypatch.setattr(module, "PREFILL_CORE_SHARE", 0.0)
     model, tokenizer = tiny
     made: list[ContinuousBatcher] = []
 
@@ -189,3 +194,29 @@ def test_a_prompt_cancelled_in_the_prefill_thread_keeps_its_slot_until_the_job_e
     while batcher.active_rows and time.monotonic() < deadline:
         time.sleep(0.01)
     assert batcher.active_rows == 0
+
+
+def test_without_a_free_core_prompts_are_read_in_the_decode_steps(
+    tiny: tuple[Any, Any], overlapped: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prefill thread that gets no core of its own only time-shares with the decode steps; then the
+    joining prompts ride in the decode steps (mixed steps), and the thread is tried again now and then."""
+    from veriloop.llm import batcher as module
+
+    monkeypatch.setattr(module, "PREFILL_CORE_SHARE", 2.0)  # no job ever counts as having had a core
+    monkeypatch.setattr(module, "PREFILL_PROBE_STEPS", 4)
+    model, tokenizer = tiny
+    batcher = overlapped(max_batch_size=2, prefill_chunk=8)
+    running_ids = encode(tokenizer, "running")
+    started = threading.Event()
+    running = batcher.submit(running_ids, [SampleSpec(max_tokens=80)], [lambda _: started.set()])[0]
+    assert started.wait(60)
+    jobs_before = batcher.stats.prefill_jobs
+    joined_ids = encode(tokenizer, "a prompt that joins while the other row decodes " * 2)
+    joined = batcher.submit(joined_ids, [SampleSpec(max_tokens=6)])[0]
+    assert running.result(timeout=120).token_ids == reference_greedy(model, running_ids, 80)
+    assert joined.result(timeout=120).token_ids == reference_greedy(model, joined_ids, 6)
+    stats = batcher.stats
+    assert stats.mixed_steps >= 3  # 8-token chunks beside the decoding row
+    assert stats.prefill_jobs > jobs_before  # ... and a try of the thread after 4 steps that would have mixed
+    assert stats.prefill_tokens == len(running_ids) + len(joined_ids)

@@ -90,6 +90,14 @@ as much as six batch-8 decode steps)."""
 IDLE_PREFILL_CHUNK = 512
 """Prompt tokens per step when no row is decoding (nobody waits on the step)."""
 
+PREFILL_CORE_SHARE = 0.7
+"""With `overlap_prefill`, prompts go to the prefill thread while rows decode only if its recent jobs got
+at least this share of a core (thread CPU time over wall time); less means no core was free for it
+(other processes, or one core), and reading prompts in the decode steps then costs less."""
+
+PREFILL_PROBE_STEPS = 32
+"""Mixed steps between two tries of the prefill thread once it had no core of its own."""
+
 _MIN_PREFIX_REUSE = 8
 """Shared prefixes shorter than this are simply prefilled again."""
 
@@ -176,6 +184,8 @@ class StepStats:
     """Their forward time (on the prefill thread, so it overlaps the decode steps)."""
     prefill_wait_s: float = 0.0
     """Time the worker waited for the prefill thread with nothing to decode meanwhile."""
+    prefill_core_share: float = 1.0
+    """Share of a core the prefill thread's recent jobs got (moving average of thread CPU over wall time)."""
 
     def as_dict(self) -> dict[str, float | int]:
         return {name: round(value, 4) if isinstance(value, float) else value for name, value in vars(self).items()}
@@ -238,7 +248,8 @@ class _PrefillJob:
 
     chunks: list[tuple[_Group, int]]
     finishing: list[_Group]
-    future: concurrent.futures.Future[tuple[torch.Tensor, float]]
+    future: concurrent.futures.Future[tuple[torch.Tensor, float, float]]
+    """(logits of the finishing prompts, wall seconds, thread CPU seconds)."""
 
     def holds(self, row: _Row) -> bool:
         return any(group.leader is row for group, _ in self.chunks)
@@ -303,6 +314,7 @@ class ContinuousBatcher:
         """Prompts are prefilled on a second thread while the worker decodes (CPU, a store that allows it)."""
         self._prefill_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._job: _PrefillJob | None = None
+        self._since_probe = 0
 
         self._cond = threading.Condition()
         self._waiting: deque[_Group] = deque()
@@ -479,7 +491,9 @@ class ContinuousBatcher:
         decoding = [row for row in self._slots if row is not None and row.tokens]
         chunks: list[tuple[_Group, int]] = []
         finishing: list[_Group] = []
-        if self.overlap_prefill:
+        if self.overlap_prefill and self._job is None and decoding and not self._prefill_thread_helps():
+            chunks, finishing = self._plan_chunks(True)  # no core to spare: read prompts in the decode steps
+        elif self.overlap_prefill:
             self._start_prefill(idle=not decoding and not firsts)
             if not decoding and not firsts and self._job is not None:
                 waited = self._collect_prefill(firsts, wait=True)  # nothing to decode meanwhile
@@ -766,6 +780,16 @@ class ContinuousBatcher:
 
     # ------------------------------------------------------------------ prefill on its own thread
 
+    def _prefill_thread_helps(self) -> bool:
+        """Whether the prefill thread has had a core of its own lately (and, if not, whether to try it again)."""
+        if not self._prefilling or self.stats.prefill_core_share >= PREFILL_CORE_SHARE:
+            return True
+        self._since_probe += 1
+        if self._since_probe < PREFILL_PROBE_STEPS:
+            return False
+        self._since_probe = 0
+        return True
+
     def _start_prefill(self, *, idle: bool) -> None:
         """Hand the next prompt chunks to the prefill thread (one job at a time), which writes only their slots.
 
@@ -784,12 +808,12 @@ class ContinuousBatcher:
             self._prefill_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="veriloop-prefill")
         decoder, cache, threads = self.decoder, self.cache, self.torch_threads
 
-        def run() -> tuple[torch.Tensor, float]:
+        def run() -> tuple[torch.Tensor, float, float]:
             set_threads(threads)
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.thread_time()
             with torch.inference_mode():
                 logits = decoder.forward(ids, layout, cache, logit_index)
-            return logits, time.perf_counter() - started
+            return logits, time.perf_counter() - started, time.thread_time() - cpu
 
         self._job = _PrefillJob(chunks, finishing, self._prefill_pool.submit(run))
 
@@ -800,7 +824,7 @@ class ContinuousBatcher:
             return 0.0
         started = time.perf_counter()
         try:
-            logits, elapsed = job.future.result()
+            logits, elapsed, cpu = job.future.result()
         finally:
             self._job = None
             waited = time.perf_counter() - started if wait else 0.0
@@ -809,6 +833,9 @@ class ContinuousBatcher:
             group.done += count
         self.stats.prefill_jobs += 1
         self.stats.prefill_job_s += elapsed
+        if elapsed > 0:
+            share = min(1.0, cpu / elapsed)
+            self.stats.prefill_core_share = 0.5 * self.stats.prefill_core_share + 0.5 * share
         self.stats.prefill_tokens += sum(count for _, count in job.chunks)
         for index, group in enumerate(job.finishing):
             group.first_logits = logits[index]
