@@ -29,7 +29,9 @@ prompts are not read in the worker's steps but by forwards on a prefill thread, 
 (up to `IDLE_PREFILL_CHUNK` tokens), while the worker keeps decoding the running rows: on two cores
 a joining prompt then costs the decoding rows the memory bandwidth the two share instead of the
 whole prefill. Each thread runs torch with `torch_threads` threads, and nothing waits on the other
-at a barrier, so a busy second core only time-shares. The job writes only its prompts' slots; the
+at a barrier. When the jobs get less than `PREFILL_CORE_SHARE` of a core (no core free for them),
+prompts that join decoding rows are read in the decode steps again, as without the thread, and the
+thread is retried every `PREFILL_PROBE_STEPS` such steps. The job writes only its prompts' slots; the
 worker does not touch them (nor reap a cancelled leader) until it collects the job, and waits for
 it before the cache grows (growing reallocates the buffers).
 
