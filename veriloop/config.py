@@ -80,9 +80,9 @@ class LLMSettings(Section):
         "FBGEMM (activations stay float32; quality against float32 in `veriloop bench llm` under numerics).",
     )
     overlap_prefill: bool = Field(
-        True,
+        False,
         description="Prefill joining prompts on a second thread (one torch thread each) while the embedded batcher "
-        "decodes the running rows (CPU, full KV cache).",
+        "decodes the running rows (CPU, full KV cache; off until measured faster on an idle 2-core machine).",
     )
 
 

@@ -24,7 +24,7 @@ helper thread (decoding goes on meanwhile), and only the top chunks are then pre
 like any prompt, at their original positions. The row's cache then holds fewer columns than the
 prompt has tokens; positions still continue from the prompt's length.
 
-With `overlap_prefill` (the settings' default, `llm.overlap_prefill`; CPU and the full cache only),
+With `overlap_prefill` (`llm.overlap_prefill`, off by default; CPU and the full cache only),
 prompts are not read in the worker's steps but by forwards on a prefill thread, one job at a time
 (up to `IDLE_PREFILL_CHUNK` tokens), while the worker keeps decoding the running rows: on two cores
 a joining prompt then costs the decoding rows the memory bandwidth the two share instead of the
