@@ -4,24 +4,21 @@ Houdini pruning (fake verifier); the real-Nagini cases are `test_pruning_with_re
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from veriloop.agents.alphaverus import HINT_LANGUAGES, AlphaVerusOptions, make_verifier, uses_hints
+from veriloop.agents.alphaverus import HINT_LANGUAGES, AlphaVerusOptions, uses_hints
 from veriloop.agents.alphaverus.hints import HintsProblem, marked, parse_hints
-from veriloop.agents.alphaverus.houdini import blamed, prune, union
+from veriloop.agents.alphaverus.houdini import Pruning, blamed, prune, union
 from veriloop.agents.alphaverus.nagini_hints import NAGINI, admits, hint_grammar, hint_slots, splice_lines
-from veriloop.agents.context import AgentContext
 from veriloop.config import load_settings
 from veriloop.llm.constraints import validate
 from veriloop.records import Candidate, Completion, Constraint, Diagnostic, Node, Run, Task, VerifyResult, VerifyStatus
-from veriloop.sandbox import get_sandbox
 from veriloop.search.score import scorer_for
 from veriloop.store import TrajectoryStore
 from veriloop.tasks import load_suite
-from veriloop.testing import ScriptedBackend
 from veriloop.verifiers.guard import NAGINI as NAGINI_DIALECT
 from veriloop.verifiers.guard import static_check
 
@@ -190,20 +187,16 @@ async def test_refinement_and_pruning_blame_the_invariant_nagini_names(store: Tr
 @pytest.mark.slow
 @pytest.mark.nagini
 @pytest.mark.bwrap
-async def test_pruning_with_real_nagini_drops_the_refuted_invariant_and_verifies(tmp_path: Path) -> None:
+async def test_pruning_with_real_nagini_drops_the_refuted_invariant_and_verifies(
+    prune_with_real: Callable[..., Awaitable[Pruning]],
+) -> None:
     """The guarded Nagini verifier names the wrong invariant's line; pruning drops it and the rest verifies."""
-    settings = load_settings(paths={"home": tmp_path})
-    with TrajectoryStore.from_settings(settings) as store:
-        run = store.create_run(Run(agent="alphaverus", suite="unit", model="scripted"))
-        ctx = AgentContext(settings, ScriptedBackend(), get_sandbox(settings), store, run)
-        verifier = make_verifier("nagini", ctx)
-        try:
-            problem = problem_for(INDEX_OF, verifier)
-            parent = store.add_node(Node(run_id=run.id, task_id=INDEX_OF.id, code=INDEX_OF.prompt, score=0.1))
-            pool = union([WRONG, RIGHT], 1, language=NAGINI, parse=problem.hints)
-            out = await prune(problem, pool, parent, store, search_id="s", max_steps=4)
-        finally:
-            await verifier.aclose()
+    out = await prune_with_real(
+        "nagini",
+        lambda verifier: problem_for(INDEX_OF, verifier),
+        lambda problem: union([WRONG, RIGHT], 1, language=NAGINI, parse=problem.hints),
+        4,
+    )
     assert out.solved, [(node.metadata["feedback"], node.metadata["blamed"]) for node in out.nodes]
     assert [node.metadata["blamed"] for node in out.nodes] == [[WRONG_LINE], []]
     first = out.nodes[0].verify_result
