@@ -60,10 +60,11 @@ def test_each_task_has_one_slot_and_its_ground_truth_is_a_grammar_sentence(
 def test_hints_go_first_in_the_body_with_its_indentation_and_lines_are_tracked() -> None:
     program = (
         "def f(n: int) -> int:\n    i = 0\n    while i < n:\n        j = 0\n        while j < i:\n"
-        "            j += 1\n        i += 1\n    while i > 0: i -= 1\n    return i\n"
+        "            j += 1\n        i += 1\n    while i > 0: i -= 1\n    while (i < 0 and\n           n > 0): i += 1\n"
+        "    return i\n"
     )
     slots = hint_slots(program)
-    assert len(slots) == 2  # the one-line loop has no body line to put an invariant before
+    assert len(slots) == 2  # the one-line loops have no body line of their own to put an invariant before
     spliced = splice_lines(program, slots, {1: ["Invariant(A)", "Invariant(B)"], 2: ["Invariant(C)"]})
     lines = spliced.code.splitlines()
     assert lines[3:6] == ["        Invariant(A)", "        Invariant(B)", "        j = 0"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Sequence
-from functools import cache
+from functools import lru_cache
 
 from veriloop.agents.alphaverus.hints import HintLanguage, Slot, Spliced
 from veriloop.records import Constraint
@@ -57,7 +57,7 @@ def hint_slots(program: str) -> list[Slot]:
     lines, starts = program.splitlines(), _offsets(program)
     slots = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.While) and node.body[0].lineno > node.lineno:
+        if isinstance(node, ast.While) and node.body[0].lineno > (node.test.end_lineno or node.lineno):
             first = node.body[0]
             line = first.lineno
             indent = lines[line - 1][: len(lines[line - 1]) - len(lines[line - 1].lstrip())]
@@ -85,7 +85,7 @@ def splice_lines(program: str, slots: Sequence[Slot], hints: dict[int, list[str]
     return Spliced("".join(out), where, loops)
 
 
-@cache
+@lru_cache(maxsize=256)
 def _facts(program: str) -> tuple[frozenset[str], frozenset[str], frozenset[str], dict[str, int]]:
     """(plain names, lists, booleans, pure functions -> arity) a hint may use: names of the functions that hold
     a loop (their parameters and assigned locals) and the program's `@Pure` functions."""
