@@ -73,6 +73,10 @@ def test_hints_go_first_in_the_body_with_its_indentation_and_lines_are_tracked()
         line: hint for line, (_, hint) in spliced.hints.items()
     }
     assert spliced.loops == {3: 1, 7: 2}
+    forall, bounds, permission = RIGHT.splitlines()[:0:-1]
+    code = splice_lines(INDEX_OF.prompt, hint_slots(INDEX_OF.prompt), {1: [forall, bounds, permission]}).code
+    spliced_hints = [line.strip() for line in code.splitlines() if line.strip().startswith("Invariant(")]
+    assert spliced_hints == [permission, forall, bounds]  # permissions first, the rest in the model's order
 
 
 HOSTILE = {

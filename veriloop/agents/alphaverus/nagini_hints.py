@@ -65,8 +65,15 @@ def hint_slots(program: str) -> list[Slot]:
     return sorted(slots, key=lambda slot: slot.brace)
 
 
+PERMISSION = "Invariant(Acc("
+
+
 def splice_lines(program: str, slots: Sequence[Slot], hints: dict[int, list[str]]) -> Spliced:
-    """The program with each slot's hints as the first lines of its loop body, remembering where they landed."""
+    """The program with each slot's hints as the first lines of its loop body, remembering where they landed.
+
+    Permission invariants go first: Viper reads a loop's invariants in order, so `len(xs)` in an invariant before
+    `Acc(list_pred(xs))` is ill-formed ("the precondition of function len might not hold")."""
+    hints = {slot: sorted(lines, key=lambda line: not line.startswith(PERMISSION)) for slot, lines in hints.items()}
     out: list[str] = []
     where: dict[int, tuple[int, str]] = {}
     loops: dict[int, int] = {}
