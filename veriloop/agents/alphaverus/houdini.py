@@ -10,7 +10,10 @@ refinement node whose parent is the step before, so the tree's depth shows the p
 that the model did not write: pruning can only remove candidates.
 
 Dafny 2.3 reports about one failing assertion per method and run (a second one can be spurious), so a step
-removes the first hint blamed; `max_steps` and the search's verifier-seconds budget bound the cost.
+removes the first hint blamed; `max_steps` and the search's verifier-seconds budget bound the cost. The same
+loop prunes Nagini hints: Nagini names a refuted invariant by its line too ("Loop invariant might not be
+preserved", "might not hold on entry", a list read without permission), and the problem's `HintLanguage` says
+which lines are hints and how they are spliced.
 """
 
 from __future__ import annotations
