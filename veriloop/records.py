@@ -257,6 +257,12 @@ class Node(Record):
     created_at: datetime = Field(default_factory=utcnow)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
+    def child(self, role: str, **fields: Any) -> Node:
+        """A new node one level below this one, in the same run and task (a refinement, a critique)."""
+        return Node(
+            run_id=self.run_id, task_id=self.task_id, parent_id=self.id, depth=self.depth + 1, role=role, **fields
+        )
+
 
 class Attempt(Record):
     """The outcome of one task within a run: the agent's final answer and its cost."""

@@ -1,11 +1,13 @@
 """`veriloop bench alphaverus`: Treefinement against breadth, beam, best-of-N and linear refinement at equal budgets.
 
-Two settings that run on this machine with the embedded model:
+Three settings that run on this machine with the embedded model:
 - `dafny_hints`: DafnyBench hints-removed programs (the shortest `--dafny-tasks`), verified by Dafny with the spec
   guard; solved programs then go through the exploit model and the equivalence judge (against the hints-removed
   program), whose rejections are counted;
 - `humaneval_tests`: the first `--humaneval-tasks` HumanEval problems, judged by their tests in the sandbox
   (score = fraction of tests passed).
+- `nagini_hints`: the bundled `nagini-hints` programs (the first `--nagini-tasks`), invariants filled in and
+  verified by Nagini with the spec guard (no exploit model or judge: their prompts are Dafny-shaped).
 
 Every search gets the same budget per task: `width x depth` LLM calls (one call = one sample) and
 `--verifier-seconds` of verifier time, and stops at its first success. In hints mode a search that ends
@@ -48,6 +50,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         "--scan", type=int, default=40, help="DafnyBench programs read (the first N) before the hints filter."
     )
     parser.add_argument("--humaneval-tasks", type=int, default=8, help="First HumanEval problems.")
+    parser.add_argument("--nagini-tasks", type=int, default=10, help="First nagini-hints programs.")
     parser.add_argument("--width", type=int, default=4, help="Tree width.")
     parser.add_argument("--depth", type=int, default=2, help="Tree depth (budget = width x depth LLM calls).")
     parser.add_argument("--max-tokens", type=int, default=256, help="New tokens per sample.")
@@ -58,7 +61,9 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--settings", default="dafny_hints,humaneval_tests", help="Settings to run.")
     parser.add_argument("--batch", type=int, default=16, help="llm.max_batch_size for the run.")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--infill", default="hints", help="dafny_hints modes to run: hints, whole, or hints,whole.")
+    parser.add_argument(
+        "--infill", default="hints", help="dafny_hints and nagini_hints modes: hints, whole, or hints,whole."
+    )
     parser.add_argument(
         "--prune-steps", type=int, default=8, help="Hints mode: Houdini pruning steps after a search (0 = off)."
     )
@@ -209,10 +214,10 @@ def node_shares(nodes: Sequence[Any]) -> dict[str, Any]:
     }
 
 
-def summary(result: dict[str, Any], tasks: int) -> dict[str, Any]:
+def summary(result: dict[str, Any], tasks: int, setting: str = "dafny_hints") -> dict[str, Any]:
     """The committed shape: {"tasks": N, "hints"|"whole": {SEARCH: {syntax_error_share, verified_share, solved}}}."""
     out: dict[str, Any] = {"tasks": tasks}
-    for infill, name in (("hints", "dafny_hints"), ("whole", "dafny_hints_whole")):
+    for infill, name in (("hints", setting), ("whole", f"{setting}_whole")):
         if name in result:
             out[infill] = {
                 kind: {
@@ -266,12 +271,21 @@ async def run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
                 await run_setting(name, tasks, "dafny", args, settings, store, backend, sandbox, result, infill)
             result["dafny_hints_suite"] = suite.version
             result["summary"] = summary(result, len(tasks))
+        if "nagini_hints" in chosen:
+            suite = load_suite("nagini-hints", settings)
+            tasks = list(suite.tasks[: args.nagini_tasks])
+            _log(f"nagini_hints: {len(tasks)} programs of {suite.name} ({suite.version})")
+            for infill in [mode.strip() for mode in args.infill.split(",") if mode.strip()]:
+                name = "nagini_hints" if infill == "hints" else "nagini_hints_whole"
+                await run_setting(name, tasks, "nagini", args, settings, store, backend, sandbox, result, infill)
+            result["nagini_hints_suite"] = suite.version
+            result["nagini_summary"] = summary(result, len(tasks), "nagini_hints")
         if "humaneval_tests" in chosen:
             suite = load_suite("humaneval", settings)
             tasks = list(suite.tasks[: args.humaneval_tasks])
             _log(f"humaneval_tests: {len(tasks)} problems")
             await run_setting("humaneval_tests", tasks, "tests", args, settings, store, backend, sandbox, result)
-        names = ("dafny_hints", "dafny_hints_whole", "humaneval_tests")
+        names = ("dafny_hints", "dafny_hints_whole", "nagini_hints", "nagini_hints_whole", "humaneval_tests")
         result["ratios"] = {name: ratios(result[name]) for name in names if name in result}
     finally:
         await backend.aclose()

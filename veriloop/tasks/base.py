@@ -44,6 +44,7 @@ SUITES: Registry[SuiteLoader] = Registry(
     {
         "humaneval": "veriloop.tasks.humaneval:load_humaneval",
         "dafnybench-hints": "veriloop.tasks.dafny:load_dafnybench_hints",
+        "nagini-hints": "veriloop.tasks.nagini_hints:load_nagini_hints",
         "alphaverus-dafny2nagini": "veriloop.tasks.dafny:load_dafny_to_nagini",
         "alphaverus-dafny2verus": "veriloop.tasks.dafny:load_dafny_to_verus",
         "transcoder": "veriloop.tasks.transcoder:load_unitrans",
@@ -65,6 +66,7 @@ ORIGINS = {
     "mbpp-train": "as mbpp (task ids 601-974)",
     "dafnybench-hints": "DafnyBench (github.com/sun-wendy/DafnyBench, Apache-2.0): a subset bundled in the package "
     "(or paths.data_dir/dafnybench/DafnyBench/test.json)",
+    "nagini-hints": "ten small Nagini programs written for veriloop, bundled with their ground-truth invariants",
     "alphaverus-dafny2nagini": "DafnyBench ground truths (bundled subset; AlphaVerus's dafny_bench.json in "
     "paths.data_dir/alphaverus when set)",
     "alphaverus-dafny2verus": "as alphaverus-dafny2nagini",

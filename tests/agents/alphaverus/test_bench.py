@@ -49,3 +49,16 @@ def test_bench_reports_every_search_of_both_settings(tmp_path: Path) -> None:
 def test_unknown_search_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="unknown search 'dfs'"):
         alphaverus.main(load_settings(), ["--searches", "treefinement,dfs"])
+
+
+@pytest.mark.slow
+@pytest.mark.nagini
+@pytest.mark.bwrap
+def test_bench_runs_the_nagini_hints_setting(tmp_path: Path) -> None:
+    settings = load_settings(paths={"home": tmp_path, "data_dir": None}, llm={"backend": "scripted"})
+    argv = ["--settings", "nagini_hints", "--nagini-tasks", "1", "--searches", "treefinement"]
+    report = alphaverus.main(settings, [*argv, "--width", "1", "--depth", "1", "--prune-steps", "0"])
+    row = report["nagini_hints"]["treefinement"]
+    assert row["tasks"] == 1 and row["llm_calls"] == 1 and row["verifier_calls"] >= 1 and row["solved"] == 0
+    assert row["filters"] == {"guard_rejected_nodes": 0}  # the exploit model and the judge are Dafny-only
+    assert set(report["nagini_summary"]["hints"]["treefinement"]) >= {"syntax_error_share", "verified_share"}

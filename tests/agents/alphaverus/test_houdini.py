@@ -4,21 +4,17 @@ the real-Dafny case is `test_pruning_with_real_dafny_verifies_from_a_model_union
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from veriloop.agents.alphaverus import make_verifier
 from veriloop.agents.alphaverus.hints import HintsProblem, hint_slots, splice_lines
-from veriloop.agents.alphaverus.houdini import Pool, blamed, prune, union
-from veriloop.agents.context import AgentContext
+from veriloop.agents.alphaverus.houdini import Pool, Pruning, blamed, prune, union
 from veriloop.config import load_settings
 from veriloop.records import Candidate, Diagnostic, Node, Run, Task, VerifyResult, VerifyStatus
-from veriloop.sandbox import get_sandbox
 from veriloop.search.score import scorer_for
 from veriloop.store import TrajectoryStore
-from veriloop.testing import ScriptedBackend
 
 SUM = """method Sum(N: int) returns (s: int)
   requires N >= 0
@@ -177,19 +173,12 @@ async def test_a_guard_rejection_ends_pruning_without_calling_the_verifier(store
 @pytest.mark.slow
 @pytest.mark.bwrap
 @pytest.mark.dafny
-async def test_pruning_with_real_dafny_verifies_from_a_model_union(tmp_path: Path) -> None:
-    settings = load_settings(paths={"home": tmp_path})
-    with TrajectoryStore.from_settings(settings) as store:
-        run = store.create_run(Run(agent="alphaverus", suite="unit", model="scripted"))
-        ctx = AgentContext(settings, ScriptedBackend(), get_sandbox(settings), store, run)
-        verifier = make_verifier("dafny", ctx)
-        try:
-            problem = problem_for(SUM, verifier)
-            parent = store.add_node(Node(run_id=run.id, task_id="sum", code=SUM, score=0.1))
-            pool = union([REPLIES[0], REPLIES[2]], 1)
-            out = await prune(problem, pool, parent, store, search_id="s", max_steps=6)
-        finally:
-            await verifier.aclose()
+async def test_pruning_with_real_dafny_verifies_from_a_model_union(
+    prune_with_real: Callable[..., Awaitable[Pruning]],
+) -> None:
+    out = await prune_with_real(
+        "dafny", lambda verifier: problem_for(SUM, verifier), lambda _: union([REPLIES[0], REPLIES[2]], 1), 6
+    )
     assert out.solved, [(node.metadata["feedback"], node.metadata["blamed"], node.code) for node in out.nodes]
     assert [node.metadata["blamed"] for node in out.nodes][:-1] != [] and out.nodes[-1].metadata["blamed"] == []
     dropped = {hint for node in out.nodes for hint in node.metadata["blamed"]}

@@ -17,8 +17,9 @@ from typing import Any
 
 from veriloop.agents.alphaverus.filters import edits_spec
 from veriloop.agents.alphaverus.graph import Deps, build_graph, search_id, task_mode
-from veriloop.agents.alphaverus.hints import HintsProblem, hint_slots
+from veriloop.agents.alphaverus.hints import DAFNY, HintLanguage, HintsProblem
 from veriloop.agents.alphaverus.houdini import prune, union
+from veriloop.agents.alphaverus.nagini_hints import NAGINI
 from veriloop.agents.alphaverus.pools import ERRORS, SOLVED, Pools
 from veriloop.agents.alphaverus.problem import VerifierProblem, program_text
 from veriloop.agents.alphaverus.prompts import LANGUAGE, explore_messages, fenced, render_errors
@@ -100,10 +101,19 @@ def inference_messages(
     return [Message(role="system", content=render_errors(errors, target)), *messages]
 
 
+HINT_LANGUAGES: dict[str, HintLanguage] = {"dafny": DAFNY, "nagini": NAGINI}
+"""Targets with a hints infill (Verus has none yet)."""
+
+
 def uses_hints(task: Task, target: str, options: AlphaVerusOptions) -> bool:
-    """Hints infill for a Dafny hints task with at least one loop to annotate (else the whole program)."""
+    """Hints infill for a hints task whose target has a hint language and that has at least one loop to annotate
+    (else the whole program)."""
+    language = HINT_LANGUAGES.get(target)
     return (
-        options.infill == "hints" and target == "dafny" and task_mode(task) == "hints" and bool(hint_slots(task.prompt))
+        options.infill == "hints"
+        and language is not None
+        and task_mode(task) == "hints"
+        and bool(language.slots(task.prompt))
     )
 
 
@@ -148,7 +158,15 @@ class AlphaVerusAgent(Agent[AlphaVerusOptions]):
             )
             problem: VerifierProblem
             if uses_hints(task, target, o):
-                problem = HintsProblem(task, verifier, scorer_for(target), [], target=target, program_text=task.prompt)
+                problem = HintsProblem(
+                    task,
+                    verifier,
+                    scorer_for(target),
+                    [],
+                    target=target,
+                    program_text=task.prompt,
+                    language=HINT_LANGUAGES[target],
+                )
             else:
                 problem = VerifierProblem(
                     task,
@@ -261,7 +279,8 @@ async def prune_outcome(
     sampled = [node for node in outcome.nodes if node.completion is not None]
     if not sampled or outcome.best is None:
         return outcome
-    pool = union([node.completion.text for node in sampled if node.completion is not None], len(problem.slots))
+    replies = [node.completion.text for node in sampled if node.completion is not None]
+    pool = union(replies, len(problem.slots), language=problem.language, parse=problem.hints)
     left = None if o.verifier_seconds is None else max(0.0, o.verifier_seconds - outcome.spend.verifier_s)
     pruning = await prune(
         problem,

@@ -138,12 +138,8 @@ async def exploit_check(
         if works:
             exploits.append(code)
         nodes.append(
-            Node(
-                run_id=candidate.run_id,
-                task_id=candidate.task_id,
-                parent_id=candidate.id,
-                depth=candidate.depth + 1,
-                role="exploit",
+            candidate.child(
+                "exploit",
                 messages=messages,
                 completion=completion,
                 code=code,
@@ -182,12 +178,8 @@ async def judge_check(
     answers = [judge_answer(completion.text) for completion in completions]
     yes, no = answers.count("yes"), answers.count("no")
     nodes = [
-        Node(
-            run_id=candidate.run_id,
-            task_id=candidate.task_id,
-            parent_id=candidate.id,
-            depth=candidate.depth + 1,
-            role="judge",
+        candidate.child(
+            "judge",
             messages=messages,
             completion=completion,
             code=None,

@@ -1,6 +1,9 @@
 """Proof-hint infill: the program stays the task's, the model writes only annotations at marked points.
 
-Each `while` loop of a Dafny program is a hint slot. The model answers with one block per slot,
+What depends on the verifier's language (slots, the hint grammar, where a hint goes, the prompt's examples,
+which lines are hints) sits in a `HintLanguage`; this module holds the Dafny one and the search problem, and
+`nagini_hints.py` the Nagini one. Each `while` loop of a Dafny program is a hint slot. The model answers with
+one block per slot,
 
     // loop 1
     invariant 0 <= i <= a.Length
@@ -16,7 +19,7 @@ the failing ones; the program itself is never regenerated.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from veriloop.agents.alphaverus.problem import VerifierProblem
@@ -207,19 +210,16 @@ def hint_grammar(program: str, slots: Sequence[Slot]) -> Constraint:
     return Constraint(kind="lark", value="\n".join(rules) + "\n")
 
 
-_BLOCK = re.compile(r"^\s*//\s*loop\s+(\d+)\s*$", re.M)
-_HINT = re.compile(r"^\s*(invariant|decreases|assert)\b.*$", re.M)
-
-
-def parse_hints(reply: str, count: int) -> dict[int, list[str]]:
+def parse_hints(reply: str, count: int, language: HintLanguage | None = None) -> dict[int, list[str]]:
     """Slot number (1-based) -> its hint lines; lines outside a block, or not hints, are ignored."""
+    language = language or DAFNY
     hints: dict[int, list[str]] = {index: [] for index in range(1, count + 1)}
-    marks = list(_BLOCK.finditer(reply))
+    marks = list(language.block.finditer(reply))
     for position, mark in enumerate(marks):
         slot = int(mark.group(1))
         end = marks[position + 1].start() if position + 1 < len(marks) else len(reply)
         if slot in hints:
-            hints[slot] += [line.group().strip() for line in _HINT.finditer(reply[mark.end() : end])]
+            hints[slot] += [line.group().strip() for line in language.hint.finditer(reply[mark.end() : end])]
     return hints
 
 
@@ -266,9 +266,11 @@ def splice_lines(program: str, slots: Sequence[Slot], hints: dict[int, list[str]
     return Spliced("".join(out), where, loops)
 
 
-def marked(program: str, slots: Sequence[Slot]) -> str:
-    """The program as the prompt shows it: `// loop N` where each block of hints goes."""
-    return splice(program, slots, {index: [f"// loop {index}"] for index in range(1, len(slots) + 1)})
+def marked(program: str, slots: Sequence[Slot], language: HintLanguage | None = None) -> str:
+    """The program as the prompt shows it: `// loop N` (the language's comment) where each block of hints goes."""
+    language = language or DAFNY
+    marks = {index: [f"{language.comment} loop {index}"] for index in range(1, len(slots) + 1)}
+    return language.splice(program, slots, marks).code
 
 
 EXAMPLE_PROGRAM = """method SumTo(n: int) returns (s: int)
@@ -303,41 +305,93 @@ invariant; they teach the annotation language, the task's hints are the model's 
 the task's names)."""
 
 HINTS_TURN = (
-    "Here is a Dafny program. Write the loop invariants and decreases clauses that make Dafny verify it, one "
-    "block per marked loop, each block starting with its `// loop N` line. Do not repeat the program.\n{program}"
+    "Here is a {title} program. Write the {kinds} that make {title} verify it, one "
+    "block per marked loop, each block starting with its `{comment} loop N` line. Do not repeat the program.\n{program}"
 )
 REFINE_TURN = (
-    "Dafny did not verify the program with these hints:\n```\n{hints}```\nThe verifier reported:\n```\n{errors}\n"
+    "{title} did not verify the program with these hints:\n```\n{hints}```\nThe verifier reported:\n```\n{errors}\n"
     "```\n{blame}Write the hint blocks again: keep the invariants that held, replace or strengthen the failing "
     "ones, and add what is missing."
 )
 
 
+@dataclass(frozen=True)
+class HintLanguage:
+    """What hints infill needs to know about one verifier's language."""
+
+    target: str
+    """The verifier's name (and the prompt's code fence)."""
+    title: str
+    comment: str
+    """Line comment: a block starts with `<comment> loop N`."""
+    starts: tuple[str, ...]
+    """How a hint line starts, per kind (invariant, decreases, assert): the lines a diagnostic can blame."""
+    decreases: str
+    """How a termination measure starts (Houdini keeps one per loop and replaces a blamed one)."""
+    termination: re.Pattern[str]
+    """A diagnostic on a loop's header line that blames its measure."""
+    slots: Callable[[str], list[Slot]]
+    grammar: Callable[[str, Sequence[Slot]], Constraint]
+    splice: Callable[[str, Sequence[Slot], dict[int, list[str]]], Spliced]
+    examples: tuple[tuple[str, str], ...]
+    """(program without hints, its hint blocks): worked examples for the prompt, never bench tasks."""
+    admits: Callable[[str, str], bool] = lambda program, line: True
+    """Whether a parsed hint line may be spliced into `program` (a second check besides the grammar)."""
+    kinds: str = "loop invariants and decreases clauses"
+    """What the model writes, as the prompt names it."""
+
+    @property
+    def hint(self) -> re.Pattern[str]:
+        return re.compile(
+            r"^\s*(" + "|".join(re.escape(start) for start in self.starts) + r")" + self._edge + ".*$", re.M
+        )
+
+    @property
+    def block(self) -> re.Pattern[str]:
+        return re.compile(r"^\s*" + re.escape(self.comment) + r"\s*loop\s+(\d+)\s*$", re.M)
+
+    @property
+    def _edge(self) -> str:
+        return r"\b" if self.starts[0][-1].isalnum() else ""
+
+
 class HintsProblem(VerifierProblem):
     """A hints task searched over hint sets: replies are hint blocks, programs are the task's program spliced."""
 
-    def __init__(self, *args: object, program_text: str, **kwargs: object) -> None:
+    def __init__(
+        self, *args: object, program_text: str, language: HintLanguage | None = None, **kwargs: object
+    ) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.language = language = language or DAFNY
         self.base = program_text
-        self.slots = hint_slots(program_text)
-        self.constraint = hint_grammar(program_text, self.slots)
-        self.root = [
-            Message(role="system", content="You are an expert in Dafny and formal verification."),
-            Message(
-                role="user",
-                content=HINTS_TURN.format(program=fenced(marked(EXAMPLE_PROGRAM_BASE, [EXAMPLE_SLOT]), "dafny")),
-            ),
-            Message(role="assistant", content=EXAMPLE_HINTS),
-            Message(
-                role="user",
-                content=HINTS_TURN.format(program=fenced(marked(ARRAY_PROGRAM, hint_slots(ARRAY_PROGRAM)), "dafny")),
-            ),
-            Message(role="assistant", content=ARRAY_HINTS),
-            Message(role="user", content=HINTS_TURN.format(program=fenced(marked(program_text, self.slots), "dafny"))),
-        ]
+        self.slots = language.slots(program_text)
+        self.constraint = language.grammar(program_text, self.slots)
+        self.root = [Message(role="system", content=f"You are an expert in {language.title} and formal verification.")]
+        for example, hints in language.examples:
+            self.root += [
+                Message(role="user", content=self.turn(marked(example, language.slots(example), language))),
+                Message(role="assistant", content=hints),
+            ]
+        self.root.append(Message(role="user", content=self.turn(marked(program_text, self.slots, language))))
+
+    def turn(self, program: str) -> str:
+        language = self.language
+        return HINTS_TURN.format(
+            title=language.title,
+            kinds=language.kinds,
+            comment=language.comment,
+            program=fenced(program, language.target),
+        )
+
+    def hints(self, reply: str) -> dict[int, list[str]]:
+        """The reply's hint lines per slot, those the language admits into this program."""
+        parsed = parse_hints(reply, len(self.slots), self.language)
+        return {
+            slot: [line for line in lines if self.language.admits(self.base, line)] for slot, lines in parsed.items()
+        }
 
     def program(self, reply: str) -> str:
-        return splice(self.base, self.slots, parse_hints(reply, len(self.slots)))
+        return self.language.splice(self.base, self.slots, self.hints(reply)).code
 
     def refine_messages(self, path: Sequence[Node]) -> list[Message]:
         node = path[-1]
@@ -350,7 +404,10 @@ class HintsProblem(VerifierProblem):
             Message(
                 role="user",
                 content=REFINE_TURN.format(
-                    hints=reply if reply.endswith("\n") else reply + "\n", errors=feedback, blame=blame
+                    title=self.language.title,
+                    hints=reply if reply.endswith("\n") else reply + "\n",
+                    errors=feedback,
+                    blame=blame,
                 ),
             ),
         ]
@@ -364,10 +421,23 @@ class HintsProblem(VerifierProblem):
             if diagnostic.line is None or not 0 < diagnostic.line <= len(lines):
                 continue
             text = lines[diagnostic.line - 1].strip()
-            if text.startswith(("invariant", "decreases", "assert")):
+            if text.startswith(self.language.starts):
                 failing.append(f"- `{text}`: {diagnostic.message.strip()[:160]}")
         return ("Failing hints:\n" + "\n".join(dict.fromkeys(failing)) + "\n") if failing else ""
 
 
 EXAMPLE_PROGRAM_BASE = EXAMPLE_PROGRAM.replace("    // loop 1\n", "")
 EXAMPLE_SLOT = hint_slots(EXAMPLE_PROGRAM_BASE)[0]
+
+DAFNY = HintLanguage(
+    target="dafny",
+    title="Dafny",
+    comment="//",
+    starts=("invariant", "decreases", "assert"),
+    decreases="decreases",
+    termination=re.compile(r"decrease|terminat", re.I),
+    slots=hint_slots,
+    grammar=hint_grammar,
+    splice=splice_lines,
+    examples=((EXAMPLE_PROGRAM_BASE, EXAMPLE_HINTS), (ARRAY_PROGRAM, ARRAY_HINTS)),
+)

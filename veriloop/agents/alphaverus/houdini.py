@@ -10,19 +10,21 @@ refinement node whose parent is the step before, so the tree's depth shows the p
 that the model did not write: pruning can only remove candidates.
 
 Dafny 2.3 reports about one failing assertion per method and run (a second one can be spurious), so a step
-removes the first hint blamed; `max_steps` and the search's verifier-seconds budget bound the cost.
+removes the first hint blamed; `max_steps` and the search's verifier-seconds budget bound the cost. The same
+loop prunes Nagini hints: Nagini names a refuted invariant by its line too ("Loop invariant might not be
+preserved", "might not hold on entry", a list read without permission), and the problem's `HintLanguage` says
+which lines are hints and how they are spliced.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from veriloop.agents.alphaverus.hints import HintsProblem, Spliced, parse_hints, splice_lines
+from veriloop.agents.alphaverus.hints import DAFNY, HintLanguage, HintsProblem, Spliced, parse_hints
 from veriloop.records import Node, VerifyStatus
 from veriloop.search.budget import Spend
 from veriloop.store import TrajectoryStore
@@ -56,22 +58,31 @@ class Pool:
                 self.decreases[slot].remove(hint)
 
 
-def union(replies: Sequence[str], count: int, limit: int = MAX_CANDIDATES) -> Pool:
-    """The hint lines of all `replies`, per loop, deduplicated and ordered by how many replies proposed them
-    (ties: first proposed first); at most `limit` invariants per loop."""
+def union(
+    replies: Sequence[str],
+    count: int,
+    limit: int = MAX_CANDIDATES,
+    *,
+    language: HintLanguage = DAFNY,
+    parse: Callable[[str], dict[int, list[str]]] | None = None,
+) -> Pool:
+    """The hint lines of all `replies` (read by `parse`, else the language's block parser), per loop,
+    deduplicated and ordered by how many replies proposed them (ties: first proposed first); at most `limit`
+    invariants per loop."""
     invariants: dict[int, Counter[str]] = {slot: Counter() for slot in range(1, count + 1)}
     decreases: dict[int, Counter[str]] = {slot: Counter() for slot in range(1, count + 1)}
     for reply in replies:
-        for slot, lines in parse_hints(reply, count).items():
+        parsed = parse(reply) if parse is not None else parse_hints(reply, count, language)
+        for slot, lines in parsed.items():
             for line in dict.fromkeys(" ".join(line.split()) for line in lines):
-                (decreases if line.startswith("decreases") else invariants)[slot][line] += 1
+                (decreases if line.startswith(language.decreases) else invariants)[slot][line] += 1
     return Pool(
         invariants={slot: [line for line, _ in counts.most_common(limit)] for slot, counts in invariants.items()},
         decreases={slot: [line for line, _ in counts.most_common()] for slot, counts in decreases.items()},
     )
 
 
-def blamed(node: Node, spliced: Spliced) -> set[tuple[int, str]]:
+def blamed(node: Node, spliced: Spliced, language: HintLanguage = DAFNY) -> set[tuple[int, str]]:
     """The hints the verifier's errors point at: an error on a hint's line blames that hint; a termination error
     on a loop's `while` line blames the loop's `decreases`; an error elsewhere blames none.
 
@@ -87,9 +98,11 @@ def blamed(node: Node, spliced: Spliced) -> set[tuple[int, str]]:
             continue
         if diagnostic.line in spliced.hints:
             found.add(spliced.hints[diagnostic.line])
-        elif diagnostic.line in spliced.loops and re.search(r"decrease|terminat", diagnostic.message, re.I):
+        elif diagnostic.line in spliced.loops and language.termination.search(diagnostic.message):
             slot = spliced.loops[diagnostic.line]
-            found |= {(s, hint) for s, hint in spliced.hints.values() if s == slot and hint.startswith("decreases")}
+            found |= {
+                (s, hint) for s, hint in spliced.hints.values() if s == slot and hint.startswith(language.decreases)
+            }
         if found and result.status is not VerifyStatus.SYNTAX_ERROR:
             break
     return found
@@ -137,19 +150,15 @@ async def prune(
         if pool.empty():
             break
         hints = pool.hints()
-        spliced = splice_lines(problem.base, problem.slots, hints)
+        spliced = problem.language.splice(problem.base, problem.slots, hints)
         code = spliced.code
         began = time.perf_counter()
         evaluation = await problem.evaluate(code)
         spent = time.perf_counter() - began
         own = Spend(verifier_calls=evaluation.verifier_calls, verifier_s=spent)
         out.spend.add(own)
-        node = Node(
-            run_id=previous.run_id,
-            task_id=previous.task_id,
-            parent_id=previous.id,
-            depth=previous.depth + 1,
-            role="refine",
+        node = previous.child(
+            "refine",
             code=code,
             verify_result=evaluation.result,
             score=evaluation.score,
@@ -163,7 +172,7 @@ async def prune(
                 "spend": own.as_dict(),
             },
         )
-        found = blamed(node, spliced)
+        found = blamed(node, spliced, problem.language)
         node.metadata["blamed"] = sorted(hint for _, hint in found)
         await asyncio.to_thread(store.add_node, node)
         out.nodes.append(node)

@@ -60,18 +60,19 @@ def _shape(target: str) -> str:
     return f" {shape}" if shape else ""
 
 
-def hints_turn(program: str) -> str:
-    """Fill in the hints of a DafnyBench hints-removed program (the target-dafny variant of translation)."""
+def hints_turn(program: str, target: str = "dafny") -> str:
+    """Fill in the hints of a hints-removed program (DafnyBench, nagini-hints): the whole-program variant."""
     return (
-        f"Consider the following Dafny program, whose loop invariants, assertions and other proof hints "
-        f"were removed:\n{fenced(program, 'dafny')}\n"
-        "Add the invariants, assertions and decreases clauses it needs so that Dafny verifies it. Do not change "
-        "the code, the requires clauses or the ensures clauses. Reply with the complete program in one code block."
+        f"Consider the following {LANGUAGE[target]} program, whose loop invariants, assertions and other proof hints "
+        f"were removed:\n{fenced(program, target)}\n"
+        f"Add the invariants, assertions and decreases clauses it needs so that {target.capitalize()} verifies it. "
+        "Do not change the code, the requires clauses or the ensures clauses. Reply with the complete program in "
+        "one code block."
     )
 
 
 def source_turn(source: str, source_language: str, target: str, mode: str) -> str:
-    return hints_turn(source) if mode == "hints" else translate_turn(source, source_language, target)
+    return hints_turn(source, target) if mode == "hints" else translate_turn(source, source_language, target)
 
 
 def explore_messages(
