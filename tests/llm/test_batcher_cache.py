@@ -256,6 +256,14 @@ def test_lazy_commvq_encoding_gives_the_codes_and_outputs_of_encoding_every_step
             for name in ("key_codes", "key_norms", "value_codes", "value_norms"):
                 lazy_codes, eager_codes = getattr(lazy, name)[layer], getattr(eager, name)[layer]
                 assert torch.equal(lazy_codes[slot, :, :end], eager_codes[slot, :, :end])
+    # Keys are rotated with cos/sin kept for the step: the decoder's own RoPE, bit for bit.
+    end = max(lazy._end)
+    with torch.inference_mode():
+        keys = lazy._unrotated_keys(1, slice(0, 2), 0, end)
+        flat = keys.permute(0, 2, 1, 3).reshape(2 * end, keys.shape[1], -1)
+        positions = lazy.positions[:2, :end].long().reshape(-1)
+        expected = lazy.decoder.rope(flat, positions).view(2, end, keys.shape[1], -1).permute(0, 2, 1, 3)
+        assert torch.equal(lazy._rotate(keys, slice(0, 2), end), expected.float())
 
 
 def test_forced_tokens_score_a_continuation(tiny: tuple[Any, Any]) -> None:

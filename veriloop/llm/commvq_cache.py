@@ -126,6 +126,8 @@ class CommVQSlotCache:
         self._step: tuple[StepLayout, torch.Tensor, torch.Tensor] | None = None
         self._flush: _Flush | None = None
         self._done = [0] * slots  # per slot: columns [0, done) have codes
+        self._positions_version = 0  # bumped whenever `positions` changes: the cached cos/sin follow it
+        self._rotations: tuple[int, dict[tuple[int, int, int], tuple[torch.Tensor, torch.Tensor]]] = (-1, {})
         self._end = [0] * slots  # per slot: columns written so far
 
     # ----------------------------------------------------------------- storage
@@ -157,6 +159,7 @@ class CommVQSlotCache:
         if self.capacity:
             positions[:, : self.capacity] = self.positions
         self.positions = positions
+        self._positions_version += 1
         self.capacity = capacity
         self.grows += 1
 
@@ -174,6 +177,7 @@ class CommVQSlotCache:
             self._encode(layer, plan.slots, plan.columns, rows_keys, rows_values)
         if layer == 0:
             self.positions[layout.slots, layout.columns] = layout.positions.to(torch.int32)
+            self._positions_version += 1
         if self.window or self.sink:
             self._write_exact(layer, layout, half_keys, half_values)
 
@@ -295,12 +299,24 @@ class CommVQSlotCache:
         return unit.view(s, h, length, -1) * self.key_norms[layer][slots, :, start:end].float()[..., None]
 
     def _rotate(self, keys: torch.Tensor, slots: slice, end: int) -> torch.Tensor:
-        """RoPE of keys (S, H, end, d) at their columns' positions."""
-        s, h, length, _ = keys.shape
-        positions = self.positions[slots, :end].long()  # (S, L)
-        flat = keys.permute(0, 2, 1, 3).reshape(s * length, h, -1)
-        rotated = self.decoder.rope(flat.to(self.decoder.dtype), positions.reshape(-1)).float()
-        return rotated.view(s, length, h, -1).permute(0, 2, 1, 3)
+        """RoPE of keys (S, H, end, d) at their columns' positions (the decoder's rotate-half formula, in place
+        of its `rope` so the keys need no transposing and cos/sin are computed once a step, not per layer)."""
+        cos, sin = self._cos_sin(slots, end)
+        x = keys.to(self.decoder.dtype)
+        half = x.shape[-1] // 2
+        return (x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin).float()
+
+    def _cos_sin(self, slots: slice, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, sin) at the positions of `slots`' first `end` columns, each (S, 1, end, d)."""
+        if self._rotations[0] != self._positions_version:
+            self._rotations = (self._positions_version, {})
+        key = (slots.start, slots.stop, end)
+        if key not in self._rotations[1]:
+            positions = self.positions[slots, :end].long()  # (S, L)
+            cos, sin = self.decoder.cos_sin(positions.reshape(-1))
+            shape = (positions.shape[0], 1, end, -1)
+            self._rotations[1][key] = (cos.view(shape), sin.view(shape))
+        return self._rotations[1][key]
 
     def _keys(self, layer: int, slots: slice, end: int) -> torch.Tensor:
         """Keys with RoPE at their positions, summed from the codebook: (S, H, end, d) float."""
@@ -397,6 +413,7 @@ class CommVQSlotCache:
         width = int(saved[-1][0].shape[0])
         stop = width if end is None else end
         self.positions[slot, :stop] = saved[-1][0][:stop]
+        self._positions_version += 1
         self._done[slot] = self._end[slot] = stop  # the saved codes are complete (copy_out flushed them)
         for layer in range(self.layers):
             key_codes, key_norms, value_codes, value_norms, ring_keys, ring_values, sink_keys, sink_values = saved[
