@@ -175,3 +175,63 @@ def test_commvq_on_a_llama_model() -> None:
     assert (during - before).norm() < 0.8 * before.norm()
     assert (during - before).norm() < 0.8 * (coarse_logits - before).norm()
     assert math.isfinite(during.sum().item())
+
+
+def test_key_encoding_with_precomputed_stage_tables_gives_the_same_codes() -> None:
+    """`KeyCodebook.encode` reuses each stage's codebook-only terms: the codes of recomputing them every
+    call, bit for bit, for a few vectors (the live cache's decode steps) and for many; a changed codebook
+    gets new tables."""
+    from veriloop.kernels.commvq import _gather_rows, _nearest_pair
+
+    def reference(book: KeyCodebook, x: torch.Tensor) -> torch.Tensor:
+        residual, codes = x.clone(), []
+        for stage in range(book.stages):
+            a, b = _nearest_pair(residual, book.za[:, stage], 1j * book.zb[:, stage])
+            codes.append(torch.stack([a, b], dim=-1))
+            residual = residual - _gather_rows(book.za[:, stage], a) - 1j * _gather_rows(book.zb[:, stage], b)
+        return torch.stack(codes, dim=2)
+
+    book = _random_codebook(groups=3, stages=6, size=16, pairs=32)
+    gen = torch.Generator().manual_seed(3)
+    for n in (1, 4, 300):
+        x = torch.complex(torch.randn(3, n, 32, generator=gen), torch.randn(3, n, 32, generator=gen)) * 0.2
+        assert torch.equal(book.encode(x), reference(book, x))
+    book.za.mul_(-1)  # in place: the cached tables must follow
+    x = torch.complex(torch.randn(3, 50, 32, generator=gen), torch.randn(3, 50, 32, generator=gen))
+    assert torch.equal(book.encode(x), reference(book, x))
+
+
+def test_value_refinement_with_per_group_tables_gives_the_same_codes() -> None:
+    """`ValueCodec.refine` keeps each group's options, norms and transposed tables once per call: the
+    categories of the plain loop, bit for bit, for all layers or one, few vectors or many."""
+
+    def reference(
+        codec: ValueCodec, x: torch.Tensor, cats: torch.Tensor, sweeps: int, layer: int | None
+    ) -> torch.Tensor:
+        options = codec.options(layer)
+        norms = options.pow(2).sum(-1)
+        cats = cats.clone()
+        gather_idx = cats[..., None, None].expand(-1, -1, -1, 1, codec.dim)
+        chosen = options[:, None].expand(-1, x.shape[1], -1, -1, -1).gather(3, gather_idx).squeeze(3)
+        residual = x - codec._rows(codec.bias, layer) - chosen.sum(2)
+        for _ in range(sweeps):
+            for group in range(codec.n_cat):
+                target = residual + chosen[:, :, group]
+                scores = norms[:, group][:, None, :] - 2 * target @ options[:, group].transpose(1, 2)
+                best = scores.argmin(-1)
+                new = options[:, group].gather(1, best[..., None].expand(-1, -1, codec.dim))
+                residual = target - new
+                chosen[:, :, group] = new
+                cats[:, :, group] = best
+        return cats
+
+    gen = torch.Generator().manual_seed(4)
+    codec = ValueCodec(2, 32)
+    with torch.no_grad():
+        codec.bias.copy_(torch.randn(codec.bias.shape, generator=gen) * 0.1)
+        for n, layer, sweeps in ((3, 1, 2), (8, None, 2), (200, 0, 3), (5, 1, 0)):
+            groups = 2 if layer is None else 1
+            x = torch.randn(groups, n, 32, generator=gen)
+            x = x / x.norm(dim=-1, keepdim=True)
+            cats = torch.randint(0, 4, (groups, n, codec.n_cat), generator=gen)
+            assert torch.equal(codec.refine(x, cats, sweeps, layer), reference(codec, x, cats, sweeps, layer))

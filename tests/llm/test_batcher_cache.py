@@ -193,7 +193,7 @@ def test_commvq_ring_after_a_partial_prefix_copy_holds_the_right_columns(
             for stop in (30, 26, 12):
                 cache.copy_in(1, saved, stop)
                 for layer in (0, cache.layers - 1):
-                    decoded = cache._keys(layer, slice(1, 2), stop)[0]  # (H, stop, d) from the codes
+                    decoded = cache._unrotated_keys(layer, slice(1, 2), 0, stop)[0]  # (H, stop, d) from the codes
                     exact = cache.recent_keys[layer][1].float()
                     for column in range(stop - window, stop):
                         ring = exact[:, column % window]
@@ -204,6 +204,66 @@ def test_commvq_ring_after_a_partial_prefix_copy_holds_the_right_columns(
                     assert torch.equal(cache.sink_keys[layer][1], cache.sink_keys[layer][0])
     finally:
         batcher.close()
+
+
+class _EagerCommVQ(CommVQSlotCache):
+    """Encodes every step's columns with the step (the cache before lazy encoding): the reference."""
+
+    def write(self, layer: int, layout: Any, keys: torch.Tensor, values: torch.Tensor, rope: Any) -> None:
+        super().write(layer, layout, keys, values, rope)
+        if layer == self.layers - 1:
+            self.flush()
+
+
+def test_lazy_commvq_encoding_gives_the_codes_and_outputs_of_encoding_every_step(
+    tiny: tuple[Any, Any], tiny_commvq: Any
+) -> None:
+    """Columns wait in the ring and are encoded in blocks; through chunked prefill, n=2 (the leader's
+    columns copied out with pending columns, and in), a prefix-cache hit and a slot reused by an unrelated
+    prompt, attention reads the same numbers and, once flushed, every code is the eager cache's."""
+    model, tokenizer = tiny
+    prompt = list(torch.randint(3, 259, (5,), generator=torch.Generator().manual_seed(8)).tolist())  # all pending
+    other = list(torch.randint(3, 259, (13,), generator=torch.Generator().manual_seed(9)).tolist())
+    forced = tuple(torch.randint(3, 259, (20,), generator=torch.Generator().manual_seed(10)).tolist())
+    spec = SampleSpec(max_tokens=20, forced=forced, logprobs=True)
+    runs = {}
+    for cls in (CommVQSlotCache, _EagerCommVQ):
+
+        def make(decoder: Any, slots: int, max_columns: int, kind: type[CommVQSlotCache] = cls) -> CommVQSlotCache:
+            return kind(tiny_commvq, decoder, slots, max_columns, window=6, sink=2)
+
+        batcher = ContinuousBatcher(
+            model, tokenizer, max_batch_size=2, eos_token_ids=[], prefill_chunk=8, cache_factory=make
+        )
+        try:
+            outputs = [future.result(timeout=60).logprobs for future in batcher.submit(prompt, [spec, spec])]
+            outputs.append(batcher.submit([*prompt, 5, 6, 7], [spec])[0].result(timeout=60).logprobs)
+            outputs += [future.result(timeout=60).logprobs for future in batcher.submit(other, [spec, spec])]
+            cache = batcher.cache
+            assert isinstance(cache, CommVQSlotCache)
+            if cls is CommVQSlotCache:
+                assert any(done < end for done, end in zip(cache._done, cache._end, strict=True))  # still pending
+            cache.flush()
+            runs[cls] = (outputs, cache)
+        finally:
+            batcher.close()
+    (lazy_out, lazy), (eager_out, eager) = runs[CommVQSlotCache], runs[_EagerCommVQ]
+    assert lazy_out == eager_out
+    assert lazy._end == eager._end and lazy._done == lazy._end
+    for slot, end in enumerate(lazy._end):
+        assert torch.equal(lazy.positions[slot, :end], eager.positions[slot, :end])
+        for layer in range(lazy.layers):
+            for name in ("key_codes", "key_norms", "value_codes", "value_norms"):
+                lazy_codes, eager_codes = getattr(lazy, name)[layer], getattr(eager, name)[layer]
+                assert torch.equal(lazy_codes[slot, :, :end], eager_codes[slot, :, :end])
+    # Keys are rotated with cos/sin kept for the step: the decoder's own RoPE, bit for bit.
+    end = max(lazy._end)
+    with torch.inference_mode():
+        keys = lazy._unrotated_keys(1, slice(0, 2), 0, end)
+        flat = keys.permute(0, 2, 1, 3).reshape(2 * end, keys.shape[1], -1)
+        positions = lazy.positions[:2, :end].long().reshape(-1)
+        expected = lazy.decoder.rope(flat, positions).view(2, end, keys.shape[1], -1).permute(0, 2, 1, 3)
+        assert torch.equal(lazy._rotate(keys, slice(0, 2), end), expected.float())
 
 
 def test_forced_tokens_score_a_continuation(tiny: tuple[Any, Any]) -> None:

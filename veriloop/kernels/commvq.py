@@ -78,6 +78,9 @@ class KeyCodebook:
 
     za: torch.Tensor
     zb: torch.Tensor
+    _tables: tuple[tuple[int, ...], list[_StageTables]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     @property
     def stages(self) -> int:
@@ -107,11 +110,25 @@ class KeyCodebook:
         """Greedy residual encoding of complex (G, N, P) vectors; returns int64 (G, N, R, 2)."""
         residual = x.clone()
         codes = []
-        for stage in range(self.stages):
-            a, b = _nearest_pair(residual, self.za[:, stage], 1j * self.zb[:, stage])
+        for stage, tables in enumerate(self.stage_tables()):
+            a, b = _nearest_pair(residual, tables.a, tables.b, fixed=tables)
             codes.append(torch.stack([a, b], dim=-1))
-            residual = residual - _gather_rows(self.za[:, stage], a) - 1j * _gather_rows(self.zb[:, stage], b)
+            residual = residual - _gather_rows(self.za[:, stage], a) - _gather_rows(tables.b, b)
         return torch.stack(codes, dim=2)
+
+    def stage_tables(self) -> list[_StageTables]:
+        """Each stage's codebook-only terms of the distances, computed once per codebook (the live
+        cache encodes a few vectors at a time, where recomputing them was a large share of the work)."""
+        key = (id(self.za), self.za._version, id(self.zb), self.zb._version)
+        if self._tables is None or self._tables[0] != key:
+            tables = []
+            for stage in range(self.stages):
+                a_table, b_table = self.za[:, stage], 1j * self.zb[:, stage]
+                b_norms = b_table.abs().pow(2).sum(-1)[:, None, :]
+                fixed = a_table.abs().pow(2).sum(-1)[:, :, None] + 2 * _real_dot(a_table, b_table)
+                tables.append(_StageTables(a_table, b_table, b_norms, fixed))
+            self._tables = (key, tables)
+        return self._tables[1]
 
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
         """Sum of the chosen centres: complex (G, N, P). Position-dependent tables (G, N, R, K, P)
@@ -120,6 +137,16 @@ class KeyCodebook:
         for stage in range(self.stages):
             out = out + _pick(self.za, stage, codes[..., stage, 0]) + 1j * _pick(self.zb, stage, codes[..., stage, 1])
         return out
+
+
+@dataclass(frozen=True)
+class _StageTables:
+    """One stage's tables and the parts of ‖x − (A_a + B_b)‖² that do not depend on x."""
+
+    a: torch.Tensor  # (G, K, P) complex
+    b: torch.Tensor  # (G, K, P) complex, already times i
+    b_norms: torch.Tensor  # (G, 1, K): ‖B_b‖²
+    fixed: torch.Tensor  # (G, K, K): ‖A_a‖² + 2·Re⟨A_a, B_b⟩
 
 
 def _gather_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -141,25 +168,39 @@ def _real_dot(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return torch.view_as_real(u).flatten(-2) @ torch.view_as_real(v).flatten(-2).transpose(1, 2)
 
 
-def _pair_distances(x: torch.Tensor, a_table: torch.Tensor, b_table: torch.Tensor) -> torch.Tensor:
-    """‖x − (A_a + B_b)‖² for all (a, b) without forming the K² centres: (G, N, K, K)."""
+def _pair_distances(
+    x: torch.Tensor, a_table: torch.Tensor, b_table: torch.Tensor, fixed: _StageTables | None = None
+) -> torch.Tensor:
+    """‖x − (A_a + B_b)‖² for all (a, b) without forming the K² centres: (G, N, K, K). `fixed`: the
+    codebook-only terms computed beforehand (`KeyCodebook.stage_tables`), the same numbers."""
     per_a = x.abs().pow(2).sum(-1)[:, :, None] - 2 * _real_dot(x, a_table)  # (G, N, K)
-    per_b = b_table.abs().pow(2).sum(-1)[:, None, :] - 2 * _real_dot(x, b_table)  # (G, N, K)
-    fixed = a_table.abs().pow(2).sum(-1)[:, :, None] + 2 * _real_dot(a_table, b_table)  # (G, K, K)
-    dist = fixed[:, None] + per_a[..., None]
+    if fixed is None:
+        b_norms = b_table.abs().pow(2).sum(-1)[:, None, :]
+        pair_terms = a_table.abs().pow(2).sum(-1)[:, :, None] + 2 * _real_dot(a_table, b_table)  # (G, K, K)
+    else:
+        b_norms, pair_terms = fixed.b_norms, fixed.fixed
+    per_b = b_norms - 2 * _real_dot(x, b_table)  # (G, N, K)
+    dist = pair_terms[:, None] + per_a[..., None]
     return dist.add_(per_b[:, :, None, :]).clamp_(min=0)
 
 
 def _nearest_pair(
-    x: torch.Tensor, a_table: torch.Tensor, b_table: torch.Tensor, chunk: int = 4096
+    x: torch.Tensor,
+    a_table: torch.Tensor,
+    b_table: torch.Tensor,
+    chunk: int = 4096,
+    fixed: _StageTables | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Index pair (a, b) of the nearest centre A_a + B_b for each vector, chunked over vectors."""
     k = a_table.shape[1]
-    parts = []
-    for start in range(0, x.shape[1], chunk):
-        flat = _pair_distances(x[:, start : start + chunk], a_table, b_table).flatten(2)
-        parts.append(flat.argmin(dim=-1))
-    best = torch.cat(parts, dim=1)
+    if x.shape[1] <= chunk:
+        best = _pair_distances(x, a_table, b_table, fixed).flatten(2).argmin(dim=-1)
+    else:
+        parts = []
+        for start in range(0, x.shape[1], chunk):
+            flat = _pair_distances(x[:, start : start + chunk], a_table, b_table, fixed).flatten(2)
+            parts.append(flat.argmin(dim=-1))
+        best = torch.cat(parts, dim=1)
     return best // k, best % k
 
 
@@ -316,20 +357,28 @@ class ValueCodec(nn.Module):
         others leave; returns improved categories (G, N, n_cat)."""
         options = self.options(layer)  # (G, n_cat, 4, dim)
         norms = options.pow(2).sum(-1)  # (G, n_cat, 4)
-        cats = cats.clone()
         gather_idx = cats[..., None, None].expand(-1, -1, -1, 1, self.dim)
-        chosen = options[:, None].expand(-1, x.shape[1], -1, -1, -1).gather(3, gather_idx).squeeze(3)
-        residual = x - self._rows(self.bias, layer) - chosen.sum(2)  # (G, N, dim)
+        chosen_all = options[:, None].expand(-1, x.shape[1], -1, -1, -1).gather(3, gather_idx).squeeze(3)
+        residual = x - self._rows(self.bias, layer) - chosen_all.sum(2)  # (G, N, dim)
+        if not sweeps:
+            return cats.clone()
+        # Per group, once: its options, their norms, and twice their transpose (2·t·o = t·(2·o) exactly).
+        # Few ops per group matter: the live cache refines a few vectors at a time.
+        group_options = options.unbind(1)  # n_cat × (G, 4, dim)
+        group_norms = [norm[:, None, :] for norm in norms.unbind(1)]  # n_cat × (G, 1, 4)
+        twice = [(2 * option).transpose(1, 2) for option in group_options]  # n_cat × (G, dim, 4)
+        index_shape = (*residual.shape[:2], self.dim)
+        chosen = list(chosen_all.unbind(2))
+        best_per_group: list[torch.Tensor] = list(cats.unbind(2))
         for _ in range(sweeps):
             for group in range(self.n_cat):
-                target = residual + chosen[:, :, group]
-                scores = norms[:, group][:, None, :] - 2 * target @ options[:, group].transpose(1, 2)
-                best = scores.argmin(-1)  # (G, N)
-                new = options[:, group].gather(1, best[..., None].expand(-1, -1, self.dim))
+                target = residual + chosen[group]
+                best = (group_norms[group] - target @ twice[group]).argmin(-1)  # (G, N)
+                new = group_options[group].gather(1, best[..., None].expand(index_shape))
                 residual = target - new
-                chosen[:, :, group] = new
-                cats[:, :, group] = best
-        return cats
+                chosen[group] = new
+                best_per_group[group] = best
+        return torch.stack(best_per_group, dim=2)
 
     def encode(self, x: torch.Tensor, layer: int | None = None) -> torch.Tensor:
         """Unit vectors (G, N, dim) → binary codes (G, N, code_bits) as uint8 0/1."""

@@ -16,12 +16,19 @@ Per (slot, KV head, column) it stores:
 * the key's position (int32, shared by all layers), since SpecPrefill leaves gaps.
 
 Beside the codes, each slot keeps its first `sink` tokens and its latest `window` tokens in fp16
-(keys after RoPE, and values), and attention reads those columns from them instead of the codes:
+(keys before RoPE, like the codes, and values), and attention reads those columns from them instead
+of the codes (it rotates the keys it reads from both at once):
 the tokens attention weighs most (the attention sinks at the start, the recent context) keep their
 precision, and only older tokens are read from codes (as KIVI and StreamingLLM keep a recent or a
 sink window exact). The window is a ring of `window` columns per slot (column j at j mod window);
 a step writes only each slot's last `window` new columns into it. Its fixed size per slot is
 counted in the measured bytes per token.
+
+Codes are written lazily: a column's codes are read only after it has left the recent window, so
+a decoding slot's columns wait in the ring and are encoded together (from their fp16 copies, the
+input every code is encoded from) when the first of them is about to leave it, once every
+`window` + 1 steps; `copy_out` flushes the slot first. Encoding four to eight vectors per step and
+layer was the decode step's main cost (tiny ops dominated by per-call overhead).
 
 Measured bytes per token come from these buffers (`bytes_per_token`), not from a formula.
 """
@@ -29,6 +36,7 @@ Measured bytes per token come from these buffers (`bytes_per_token`), not from a
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -42,6 +50,20 @@ RECENT_WINDOW = 32
 
 SINK_TOKENS = 4
 """First tokens per slot read in fp16 instead of from their codes."""
+
+
+@dataclass(frozen=True)
+class _Flush:
+    """The columns one step encodes: the ring's pending columns (old_slots, old_columns) first, then the
+    step's rows `rows`; `slots` and `columns` list where all their codes go, in that order."""
+
+    layout: StepLayout
+    encodes: bool
+    rows: torch.Tensor
+    old_slots: torch.Tensor
+    old_columns: torch.Tensor
+    slots: torch.Tensor
+    columns: torch.Tensor
 
 
 class CommVQSlotCache:
@@ -102,6 +124,11 @@ class CommVQSlotCache:
         self.sink_keys = [torch.zeros(first, dtype=torch.float16, device=self.device) for _ in range(self.layers)]
         self.sink_values = [torch.zeros(first, dtype=torch.float16, device=self.device) for _ in range(self.layers)]
         self._step: tuple[StepLayout, torch.Tensor, torch.Tensor] | None = None
+        self._flush: _Flush | None = None
+        self._done = [0] * slots  # per slot: columns [0, done) have codes
+        self._positions_version = 0  # bumped whenever `positions` changes: the cached cos/sin follow it
+        self._rotations: tuple[int, dict[tuple[int, int, int], tuple[torch.Tensor, torch.Tensor]]] = (-1, {})
+        self._end = [0] * slots  # per slot: columns written so far
 
     # ----------------------------------------------------------------- storage
 
@@ -132,11 +159,35 @@ class CommVQSlotCache:
         if self.capacity:
             positions[:, : self.capacity] = self.positions
         self.positions = positions
+        self._positions_version += 1
         self.capacity = capacity
         self.grows += 1
 
     def write(self, layer: int, layout: StepLayout, keys: torch.Tensor, values: torch.Tensor, rope: RopeFn) -> None:
-        """Encode the step's pre-RoPE keys and values (N, kv_heads, d) into their (slot, column)."""
+        """Store the step's pre-RoPE keys and values (N, kv_heads, d): in the fp16 columns at once, in codes
+        when their slot flushes (`_plan`). `rope` is not needed: the fp16 keys are kept before RoPE."""
+        plan = self._plan(layout)
+        half_keys, half_values = keys.to(torch.float16), values.to(torch.float16)
+        if plan.encodes:
+            rows_keys, rows_values = half_keys[plan.rows], half_values[plan.rows]
+            if plan.old_slots.numel():
+                ring = plan.old_columns % self.window
+                rows_keys = torch.cat([self.recent_keys[layer][plan.old_slots, :, ring], rows_keys])
+                rows_values = torch.cat([self.recent_values[layer][plan.old_slots, :, ring], rows_values])
+            self._encode(layer, plan.slots, plan.columns, rows_keys, rows_values)
+        if layer == 0:
+            self.positions[layout.slots, layout.columns] = layout.positions.to(torch.int32)
+            self._positions_version += 1
+        if self.window or self.sink:
+            self._write_exact(layer, layout, half_keys, half_values)
+
+    def _encode(
+        self, layer: int, slots: torch.Tensor, columns: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
+    ) -> None:
+        """Encode fp16 pre-RoPE keys and values (M, kv_heads, d) into the codes of their (slot, column).
+
+        Codes always come from the fp16 copies, so a column encoded with its step or later from the
+        ring gets the same codes."""
         commvq = self.commvq
         n = keys.shape[0]
         key_float = keys.float()
@@ -151,15 +202,68 @@ class CommVQSlotCache:
         raw = self._value_bias[layer] + bits.float() @ self._value_books[layer]
         factor = value_norms.reshape(-1) / raw.norm(dim=-1).clamp(min=1e-8)
         value_packed = _pack(bits).view(n, self.kv_heads, -1)
-        slots, columns = layout.slots, layout.columns
         self.key_codes[layer][slots, :, columns] = packed
         self.key_norms[layer][slots, :, columns] = norms.to(torch.float16)
         self.value_codes[layer][slots, :, columns] = value_packed
         self.value_norms[layer][slots, :, columns] = factor.view(n, self.kv_heads).to(torch.float16)
-        if layer == 0:
-            self.positions[slots, columns] = layout.positions.to(torch.int32)
-        if self.window or self.sink:
-            self._write_exact(layer, layout, rope(keys, layout.positions), values)
+
+    def _plan(self, layout: StepLayout) -> _Flush:
+        """Which columns this step encodes, decided once a step (at its first layer's write).
+
+        A column's codes are read only once it has left its slot's recent window, so columns are
+        encoded lazily: a slot's pending columns (all in the ring) and the step's new ones are encoded
+        together when the step would leave a pending column outside the window, i.e. once every
+        `window` + 1 decode steps, in one batch, instead of one tiny encode per step and layer."""
+        if self._flush is not None and self._flush.layout is layout:
+            return self._flush
+        slots, columns = layout.slots.tolist(), layout.columns.tolist()
+        first: dict[int, int] = {}
+        end: dict[int, int] = {}
+        for slot, column in zip(slots, columns, strict=True):
+            first[slot] = min(first.get(slot, column), column)
+            end[slot] = max(end.get(slot, 0), column + 1)
+        old_slots: list[int] = []
+        old_columns: list[int] = []
+        flushing: set[int] = set()
+        for slot, start in first.items():
+            done = min(self._done[slot], start)  # a new row in a reused slot starts over
+            if end[slot] - self.window > done:
+                old_slots += [slot] * (start - done)
+                old_columns += range(done, start)
+                flushing.add(slot)
+                done = end[slot]
+            self._done[slot], self._end[slot] = done, end[slot]
+        rows = [index for index, slot in enumerate(slots) if slot in flushing]
+        device = self.device
+        old_slot_tensor = torch.tensor(old_slots, dtype=torch.long, device=device)
+        old_column_tensor = torch.tensor(old_columns, dtype=torch.long, device=device)
+        row_tensor = torch.tensor(rows, dtype=torch.long, device=layout.slots.device)
+        self._flush = _Flush(
+            layout=layout,
+            encodes=bool(rows or old_slots),
+            rows=row_tensor,
+            old_slots=old_slot_tensor,
+            old_columns=old_column_tensor,
+            slots=torch.cat([old_slot_tensor, layout.slots[row_tensor].to(device)]),
+            columns=torch.cat([old_column_tensor, layout.columns[row_tensor].to(device)]),
+        )
+        return self._flush
+
+    @torch.inference_mode()
+    def flush(self, slot: int | None = None) -> None:
+        """Encode the pending columns of `slot` (every slot when None) from the ring, so every code is set."""
+        for index in range(self.slots) if slot is None else (slot,):
+            done, end = self._done[index], self._end[index]
+            if done >= end:
+                continue
+            columns = torch.arange(done, end, device=self.device)
+            slots = torch.full_like(columns, index)
+            ring = columns % self.window
+            for layer in range(self.layers):
+                keys = self.recent_keys[layer][index, :, ring].transpose(0, 1)
+                values = self.recent_values[layer][index, :, ring].transpose(0, 1)
+                self._encode(layer, slots, columns, keys, values)
+            self._done[index] = end
 
     def _exact_rows(self, layout: StepLayout) -> tuple[torch.Tensor, torch.Tensor]:
         """(tokens of the step that go into their slot's recent ring, tokens that are sink columns), once a step."""
@@ -173,30 +277,50 @@ class CommVQSlotCache:
             self._step = (layout, recent, first)
         return self._step[1], self._step[2]
 
-    def _write_exact(self, layer: int, layout: StepLayout, rotated: torch.Tensor, values: torch.Tensor) -> None:
+    def _write_exact(self, layer: int, layout: StepLayout, keys: torch.Tensor, values: torch.Tensor) -> None:
         recent, first = self._exact_rows(layout)
         slots, columns = layout.slots, layout.columns
         if self.window and recent.numel():
             ring = columns[recent] % self.window
-            self.recent_keys[layer][slots[recent], :, ring] = rotated[recent].to(torch.float16)
-            self.recent_values[layer][slots[recent], :, ring] = values[recent].to(torch.float16)
+            self.recent_keys[layer][slots[recent], :, ring] = keys[recent]
+            self.recent_values[layer][slots[recent], :, ring] = values[recent]
         if self.sink and first.numel():
-            self.sink_keys[layer][slots[first], :, columns[first]] = rotated[first].to(torch.float16)
-            self.sink_values[layer][slots[first], :, columns[first]] = values[first].to(torch.float16)
+            self.sink_keys[layer][slots[first], :, columns[first]] = keys[first]
+            self.sink_values[layer][slots[first], :, columns[first]] = values[first]
 
     # ----------------------------------------------------------------- reading
 
-    def _keys(self, layer: int, slots: slice, end: int) -> torch.Tensor:
-        """Keys with RoPE at their positions, summed from the codebook: (S, H, end, d) float."""
-        codes = self.key_codes[layer][slots, :, :end].long()  # (S, H, L, R)
+    def _unrotated_keys(self, layer: int, slots: slice, start: int, end: int) -> torch.Tensor:
+        """Pre-RoPE keys of columns [start, end), summed from the codebook: (S, H, end - start, d) float."""
+        codes = self.key_codes[layer][slots, :, start:end].long()  # (S, H, L, R)
         s, h, length, stages = codes.shape
         index = (codes + self._offsets[None, :, None, :]).reshape(-1, stages)
         unit = F.embedding_bag(index, self._key_tables[layer], mode="sum")  # (S·H·L, d)
-        keys = unit.view(s, h, length, -1) * self.key_norms[layer][slots, :, :end].float()[..., None]
-        positions = self.positions[slots, :end].long()  # (S, L)
-        flat = keys.permute(0, 2, 1, 3).reshape(s * length, h, -1)
-        rotated = self.decoder.rope(flat.to(self.decoder.dtype), positions.reshape(-1)).float()
-        return rotated.view(s, length, h, -1).permute(0, 2, 1, 3)
+        return unit.view(s, h, length, -1) * self.key_norms[layer][slots, :, start:end].float()[..., None]
+
+    def _rotate(self, keys: torch.Tensor, slots: slice, end: int) -> torch.Tensor:
+        """RoPE of keys (S, H, end, d) at their columns' positions (the decoder's rotate-half formula, in place
+        of its `rope` so the keys need no transposing and cos/sin are computed once a step, not per layer)."""
+        cos, sin = self._cos_sin(slots, end)
+        x = keys.to(self.decoder.dtype)
+        half = x.shape[-1] // 2
+        return (x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin).float()
+
+    def _cos_sin(self, slots: slice, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, sin) at the positions of `slots`' first `end` columns, each (S, 1, end, d)."""
+        if self._rotations[0] != self._positions_version:
+            self._rotations = (self._positions_version, {})
+        key = (slots.start, slots.stop, end)
+        if key not in self._rotations[1]:
+            positions = self.positions[slots, :end].long()  # (S, L)
+            cos, sin = self.decoder.cos_sin(positions.reshape(-1))
+            shape = (positions.shape[0], 1, end, -1)
+            self._rotations[1][key] = (cos.view(shape), sin.view(shape))
+        return self._rotations[1][key]
+
+    def _keys(self, layer: int, slots: slice, end: int) -> torch.Tensor:
+        """Keys with RoPE at their positions, summed from the codebook: (S, H, end, d) float."""
+        return self._rotate(self._unrotated_keys(layer, slots, 0, end), slots, end)
 
     def _exact(
         self, recent: list[torch.Tensor], first: list[torch.Tensor], layer: int, slots: slice, end: int
@@ -229,10 +353,11 @@ class CommVQSlotCache:
     ) -> torch.Tensor:
         """q (S, H, Q, d), mask broadcastable to (S, H, Q, end): attention read from the codes, and from
         the fp16 sink and recent columns of slots holding `lengths` (S,) columns."""
-        keys = self._keys(layer, slots, end)
+        keys = self._unrotated_keys(layer, slots, 0, end)
         exact = self._exact_columns(lengths, end)[:, None, :, None] if self.window or self.sink else None
         if exact is not None:
             keys = torch.where(exact, self._exact(self.recent_keys, self.sink_keys, layer, slots, end), keys)
+        keys = self._rotate(keys, slots, end)  # the fp16 columns hold keys before RoPE, as the codes do
         scores = (q.float() @ keys.transpose(-1, -2)) * scale
         weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)  # (S, H, Q, L)
         exact_out: torch.Tensor | float = 0.0
@@ -267,6 +392,7 @@ class CommVQSlotCache:
     # ----------------------------------------------------------------- sharing and size
 
     def copy_out(self, slot: int, end: int) -> list[tuple[torch.Tensor, ...]]:
+        self.flush(slot)  # the copy's codes must all be set: its ring may be partly overwritten when reused
         saved: list[tuple[torch.Tensor, ...]] = [
             (
                 self.key_codes[layer][slot, :, :end].clone(),
@@ -287,6 +413,8 @@ class CommVQSlotCache:
         width = int(saved[-1][0].shape[0])
         stop = width if end is None else end
         self.positions[slot, :stop] = saved[-1][0][:stop]
+        self._positions_version += 1
+        self._done[slot] = self._end[slot] = stop  # the saved codes are complete (copy_out flushed them)
         for layer in range(self.layers):
             key_codes, key_norms, value_codes, value_norms, ring_keys, ring_values, sink_keys, sink_values = saved[
                 layer
@@ -311,7 +439,7 @@ class CommVQSlotCache:
     def _ring_from_codes(self, layer: int, slot: int, low: int, stop: int) -> None:
         """Fill the ring's columns [low, stop) of `slot` with keys and values decoded from their codes."""
         ring = torch.arange(low, stop, device=self.device) % self.window
-        keys = self._keys(layer, slice(slot, slot + 1), stop)[0, :, low:stop]  # (H, n, d)
+        keys = self._unrotated_keys(layer, slice(slot, slot + 1), low, stop)[0]  # (H, n, d)
         bits = _unpack(self.value_codes[layer][slot, :, low:stop], self.code_bits)  # (H, n, bits)
         raw = bits @ self._value_books[layer] + self._value_bias[layer]
         factor = self.value_norms[layer][slot, :, low:stop].float()[..., None]
