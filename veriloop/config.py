@@ -79,11 +79,6 @@ class LLMSettings(Section):
         description="Weights the embedded batcher's CPU linear layers multiply by: float32, or an fp16 copy run by "
         "FBGEMM (activations stay float32; quality against float32 in `veriloop bench llm` under numerics).",
     )
-    overlap_prefill: bool = Field(
-        False,
-        description="Prefill joining prompts on a second thread (one torch thread each) while the embedded batcher "
-        "decodes the running rows (CPU, full KV cache; off until measured faster on an idle 2-core machine).",
-    )
 
 
 class StoreSettings(Section):

@@ -192,7 +192,6 @@ def test_bench_llm_reports_the_ratios(model_settings: Settings, converted: tuple
     assert steps["decode_tokens"] + steps["prefill_tokens"] > 0 and steps["decode_forward_s"] >= 0
     per_step = result["step_ms"]["batcher_8"]
     assert per_step["mixed_forward"] > 0 and per_step["prefill_tokens_per_s"] > 0 and per_step["rows_per_step"] > 0
-    assert result["overlap_prefill"] is False and per_step["prefill_job"] == 0
     assert len(result["load_average"]["before"]) == 3 and result["repeat"] == 1
     assert result["useful_tokens"]["batcher_1"] == result["useful_tokens"]["batcher_8"] > 0
     assert result["outputs_match"]["batcher_8_vs_batcher_1"] == 2

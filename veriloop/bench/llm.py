@@ -177,7 +177,6 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
             torch_threads=settings.llm.torch_threads,
             cache_factory=cache_factory,
             linear_weights=weights,
-            overlap_prefill=settings.llm.overlap_prefill,
         )
 
     seconds: dict[str, float] = {}
@@ -234,7 +233,6 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
         "torch_threads": settings.llm.torch_threads,
         "dtype": settings.llm.dtype,
         "linear_weights": settings.llm.linear_weights,
-        "overlap_prefill": settings.llm.overlap_prefill,
         "repeat": max(args.repeat, 1),
         "load_average": {"before": load_before, "after": _load_average(), "cpus": os.cpu_count()},
         "tokens_per_s": {name: round(rate, 2) for name, rate in rates.items()},
@@ -279,23 +277,16 @@ def _load_average() -> list[float]:
 
 
 def _per_step(stats: dict[str, float | int]) -> dict[str, float]:
-    """Mean milliseconds per step: decode-only forward, forward with prefill chunks, host side; prefill.
-
-    With `overlap_prefill` the prompts are read by forwards on the prefill thread (`prefill_job`, ms per
-    job, overlapping the decode steps); `prefill_wait` is the worker's total wait for them (seconds) with
-    nothing to decode. `prefill_tokens_per_s` counts prompt tokens per second of forward time that read them.
-    """
+    """Mean milliseconds per step: decode-only forward, forward with prefill chunks, host side; prefill rate."""
 
     def mean_ms(seconds: float | int, count: float | int) -> float:
         return round(1000 * float(seconds) / count, 2) if count else 0.0
 
     host = float(stats["choose_s"]) + float(stats["bookkeeping_s"]) + float(stats["schedule_s"])
-    mixed_s = float(stats["mixed_forward_s"]) + float(stats["prefill_job_s"])
+    mixed_s = float(stats["mixed_forward_s"])
     return {
         "decode_forward": mean_ms(stats["decode_forward_s"], stats["decode_steps"]),
-        "mixed_forward": mean_ms(stats["mixed_forward_s"], stats["mixed_steps"]),
-        "prefill_job": mean_ms(stats["prefill_job_s"], stats["prefill_jobs"]),
-        "prefill_wait": round(float(stats["prefill_wait_s"]), 2),
+        "mixed_forward": mean_ms(mixed_s, stats["mixed_steps"]),
         "sampling_and_host_copy": mean_ms(stats["choose_s"], stats["steps"]),
         "host_total": mean_ms(host, stats["steps"]),
         "prefill_tokens_per_s": round(float(stats["prefill_tokens"]) / mixed_s, 1) if mixed_s else 0.0,

@@ -24,17 +24,6 @@ helper thread (decoding goes on meanwhile), and only the top chunks are then pre
 like any prompt, at their original positions. The row's cache then holds fewer columns than the
 prompt has tokens; positions still continue from the prompt's length.
 
-With `overlap_prefill` (`llm.overlap_prefill`, off by default; CPU and the full cache only),
-prompts are not read in the worker's steps but by forwards on a prefill thread, one job at a time
-(up to `IDLE_PREFILL_CHUNK` tokens), while the worker keeps decoding the running rows: on two cores
-a joining prompt then costs the decoding rows the memory bandwidth the two share instead of the
-whole prefill. Each thread runs torch with `torch_threads` threads, and nothing waits on the other
-at a barrier. When the jobs get less than `PREFILL_CORE_SHARE` of a core (no core free for them),
-prompts that join decoding rows are read in the decode steps again, as without the thread, and the
-thread is retried every `PREFILL_PROBE_STEPS` such steps. The job writes only its prompts' slots; the
-worker does not touch them (nor reap a cancelled leader) until it collects the job, and waits for
-it before the cache grows (growing reallocates the buffers).
-
 Every step ends in one sampling step, `_choose_tokens(logits, rows)`, over the logits of all rows
 that take a token in it: greedy rows take the arg-max of their own logits, sampled rows draw from
 their own seeded generator, so what a request gets does not depend on what else shares the batch
@@ -91,14 +80,6 @@ as much as six batch-8 decode steps)."""
 
 IDLE_PREFILL_CHUNK = 512
 """Prompt tokens per step when no row is decoding (nobody waits on the step)."""
-
-PREFILL_CORE_SHARE = 0.7
-"""With `overlap_prefill`, prompts go to the prefill thread while rows decode only if its recent jobs got
-at least this share of a core (thread CPU time over wall time); less means no core was free for it
-(other processes, or one core), and reading prompts in the decode steps then costs less."""
-
-PREFILL_PROBE_STEPS = 32
-"""Mixed steps between two tries of the prefill thread once it had no core of its own."""
 
 _MIN_PREFIX_REUSE = 8
 """Shared prefixes shorter than this are simply prefilled again."""
@@ -180,14 +161,6 @@ class StepStats:
     """Stop strings, text, streaming deltas and futures, on the host."""
     schedule_s: float = 0.0
     """Admission, prefix reuse and building the step's layout."""
-    prefill_jobs: int = 0
-    """Prefill forwards run on the prefill thread (`overlap_prefill`), beside the decode steps."""
-    prefill_job_s: float = 0.0
-    """Their forward time (on the prefill thread, so it overlaps the decode steps)."""
-    prefill_wait_s: float = 0.0
-    """Time the worker waited for the prefill thread with nothing to decode meanwhile."""
-    prefill_core_share: float = 1.0
-    """Share of a core the prefill thread's recent jobs got (moving average of thread CPU over wall time)."""
 
     def as_dict(self) -> dict[str, float | int]:
         return {name: round(value, 4) if isinstance(value, float) else value for name, value in vars(self).items()}
@@ -244,19 +217,6 @@ class _Group:
         return len(self.ids)
 
 
-@dataclass(eq=False)
-class _PrefillJob:
-    """Prompt chunks being read on the prefill thread; the worker touches their groups only once it is done."""
-
-    chunks: list[tuple[_Group, int]]
-    finishing: list[_Group]
-    future: concurrent.futures.Future[tuple[torch.Tensor, float, float]]
-    """(logits of the finishing prompts, wall seconds, thread CPU seconds)."""
-
-    def holds(self, row: _Row) -> bool:
-        return any(group.leader is row for group, _ in self.chunks)
-
-
 class ContinuousBatcher:
     """Decodes many rows together on a worker thread; `submit` is safe from any thread."""
 
@@ -273,7 +233,6 @@ class ContinuousBatcher:
         prefill_chunk: int = PREFILL_CHUNK,
         cache_factory: CacheFactory | None = None,
         linear_weights: LinearWeights = "float32",
-        overlap_prefill: bool = False,
         name: str = "veriloop-batcher",
     ) -> None:
         if max_batch_size < 1:
@@ -310,13 +269,6 @@ class ContinuousBatcher:
         self._prefixes: OrderedDict[tuple[int, ...], list[tuple[torch.Tensor, ...]]] = OrderedDict()
         self._constraints: ConstraintEngine | None = None
         self._scorer: concurrent.futures.ThreadPoolExecutor | None = None
-        self.overlap_prefill = (
-            overlap_prefill and self.device.type == "cpu" and bool(getattr(self.cache, "concurrent_slots", False))
-        )
-        """Prompts are prefilled on a second thread while the worker decodes (CPU, a store that allows it)."""
-        self._prefill_pool: concurrent.futures.ThreadPoolExecutor | None = None
-        self._job: _PrefillJob | None = None
-        self._since_probe = 0
 
         self._cond = threading.Condition()
         self._waiting: deque[_Group] = deque()
@@ -422,7 +374,7 @@ class ContinuousBatcher:
         return bool(self._waiting or self._scored or self._prefilling or self._ready or self.active_rows)
 
     def _run(self) -> None:
-        set_threads(self.torch_threads)
+        torch.set_num_threads(self.torch_threads)
         with torch.inference_mode():
             while True:
                 with self._cond:
@@ -443,17 +395,11 @@ class ContinuousBatcher:
             _fail(list(group.pending), BackendError("the batcher was closed before this sample started"))
         if self._scorer is not None:
             self._scorer.shutdown(wait=False, cancel_futures=True)
-        if self._prefill_pool is not None:
-            self._prefill_pool.shutdown(wait=True)
 
     def _scoring_done(self) -> bool:
         return any(group.scoring is not None and group.scoring.done() for group in self._scoring)
 
     def _fail_active(self, error: BackendError) -> None:
-        if self._job is not None:  # its slots are written until it ends
-            with contextlib.suppress(Exception):
-                self._job.future.result()
-            self._job = None
         rows = [row for row in self._slots if row is not None]
         for queue in (self._scoring, self._scored, self._prefilling, self._ready):
             for group in queue:
@@ -485,25 +431,12 @@ class ContinuousBatcher:
         started = time.perf_counter()
         self._reap_cancelled()
         firsts: list[tuple[_Row, torch.Tensor]] = []
-        self._collect_prefill(firsts, wait=False)
-        waited = 0.0
         self._place_ready(firsts)
         self._collect_scoring()
         self._admit()
         decoding = [row for row in self._slots if row is not None and row.tokens]
-        chunks: list[tuple[_Group, int]] = []
-        finishing: list[_Group] = []
-        if self.overlap_prefill and self._job is None and decoding and not self._prefill_thread_helps():
-            chunks, finishing = self._plan_chunks(True)  # no core to spare: read prompts in the decode steps
-        elif self.overlap_prefill:
-            self._start_prefill(idle=not decoding and not firsts)
-            if not decoding and not firsts and self._job is not None:
-                waited = self._collect_prefill(firsts, wait=True)  # nothing to decode meanwhile
-                self._place_ready(firsts)
-                self._start_prefill(idle=not firsts)  # the next prompts are read while these rows decode
-        else:
-            chunks, finishing = self._plan_chunks(bool(decoding))
-        self.stats.schedule_s += time.perf_counter() - started - waited
+        chunks, finishing = self._plan_chunks(bool(decoding))
+        self.stats.schedule_s += time.perf_counter() - started
         logits: torch.Tensor | None = None
         if decoding or chunks:
             logits = self._forward(decoding, chunks, finishing)
@@ -573,8 +506,6 @@ class ContinuousBatcher:
         for slot, row in enumerate(self._slots):
             if row is None or not row.future.cancelled():
                 continue
-            if self._job is not None and self._job.holds(row):
-                continue  # the prefill thread still writes its slot; reaped once the job is collected
             self._slots[slot] = None
             group = next((group for group in self._prefilling if group.leader is row), None)
             if group is None:
@@ -598,7 +529,7 @@ class ContinuousBatcher:
                 continue
             assert group.saved is not None and group.first_logits is not None
             self._take_slot(row)
-            self._ensure(group.width + 1)
+            self.cache.ensure(group.width + 1)
             self.cache.copy_in(row.slot, group.saved)
             row.length = group.width
             firsts.append((row, group.first_logits))
@@ -622,7 +553,7 @@ class ContinuousBatcher:
                 group.positions = list(range(len(group.prompt_ids)))
                 shared, saved = self._longest_cached_prefix(group.ids)
                 if shared:
-                    self._ensure(shared + 1)
+                    self.cache.ensure(shared + 1)
                     self.cache.copy_in(leader.slot, saved, shared)
                     group.done = shared
                     self.prefix_hits += shared
@@ -655,7 +586,7 @@ class ContinuousBatcher:
         threads = self.torch_threads
 
         def score() -> list[int]:
-            set_threads(threads)
+            torch.set_num_threads(threads)
             with torch.inference_mode():
                 return kept_indices(
                     self.model,
@@ -686,12 +617,12 @@ class ContinuousBatcher:
             self.speculative_prefills += 1
             self._scored.append(group)
 
-    def _plan_chunks(self, decoding: bool, groups: int | None = None) -> tuple[list[tuple[_Group, int]], list[_Group]]:
-        """(group, tokens) to prefill this step, first come first served, within the step's budget (and `groups`)."""
+    def _plan_chunks(self, decoding: bool) -> tuple[list[tuple[_Group, int]], list[_Group]]:
+        """(group, tokens) to prefill this step, first come first served, within the step's budget."""
         budget = self.prefill_chunk if decoding else max(self.prefill_chunk, IDLE_PREFILL_CHUNK)
         chunks: list[tuple[_Group, int]] = []
         finishing: list[_Group] = []
-        for group in list(self._prefilling)[:groups]:
+        for group in self._prefilling:
             if budget <= 0:
                 break
             count = min(budget, group.width - group.done)
@@ -701,10 +632,9 @@ class ContinuousBatcher:
                 finishing.append(group)
         return chunks, finishing
 
-    def _step_inputs(
-        self, decoding: list[_Row], chunks: list[tuple[_Group, int]], finishing: list[_Group]
-    ) -> tuple[torch.Tensor, StepLayout, torch.Tensor]:
-        """(ids, layout, logit index) of a forward over `decoding` rows and prompt `chunks`; makes room in the cache."""
+    def _forward(self, decoding: list[_Row], chunks: list[tuple[_Group, int]], finishing: list[_Group]) -> torch.Tensor:
+        """One packed forward; returns the logits of the decoding rows, then of each prompt that finishes."""
+        started = time.perf_counter()
         ids: list[int] = [row.tokens[-1] for row in decoding]
         positions: list[int] = [row.position for row in decoding]
         slots: list[int] = [row.slot for row in decoding]
@@ -720,7 +650,8 @@ class ContinuousBatcher:
             columns.extend(range(start, start + count))
             laid.append(Chunk(slot=group.leader.slot, start=start, count=count, offset=offset))
             ends[id(group)] = offset + count - 1
-        self._ensure(max(columns) + 1)
+        needed = max(columns) + 1
+        self.cache.ensure(needed)
         used = max((row.slot for row in decoding), default=-1) + 1
         lengths = [1] * used
         for row in decoding:
@@ -747,15 +678,9 @@ class ContinuousBatcher:
             mask=lengths_mask(decode_lengths, longest) if decoding else None,
         )
         logit_index = tensor(list(range(len(decoding))) + [ends[id(group)] for group in finishing])
-        return tensor(ids), layout, logit_index
-
-    def _forward(self, decoding: list[_Row], chunks: list[tuple[_Group, int]], finishing: list[_Group]) -> torch.Tensor:
-        """One packed forward; returns the logits of the decoding rows, then of each prompt that finishes."""
-        started = time.perf_counter()
-        ids, layout, logit_index = self._step_inputs(decoding, chunks, finishing)
         self.stats.schedule_s += time.perf_counter() - started
         forward_at = time.perf_counter()
-        logits = self.decoder.forward(ids, layout, self.cache, logit_index)
+        logits = self.decoder.forward(tensor(ids), layout, self.cache, logit_index)
         elapsed = time.perf_counter() - forward_at
         for row in decoding:
             row.length += 1
@@ -772,77 +697,6 @@ class ContinuousBatcher:
             self.stats.decode_steps += 1
             self.stats.decode_forward_s += elapsed
         return logits
-
-    def _ensure(self, columns: int) -> None:
-        """Make room in the cache; growing reallocates its buffers, so a prefill job must finish first."""
-        if self._job is not None and columns > int(getattr(self.cache, "capacity", 0)):
-            with contextlib.suppress(Exception):  # its failure is reported when it is collected
-                self._job.future.result()
-        self.cache.ensure(columns)
-
-    # ------------------------------------------------------------------ prefill on its own thread
-
-    def _prefill_thread_helps(self) -> bool:
-        """Whether the prefill thread has had a core of its own lately (and, if not, whether to try it again)."""
-        if not self._prefilling or self.stats.prefill_core_share >= PREFILL_CORE_SHARE:
-            return True
-        self._since_probe += 1
-        if self._since_probe < PREFILL_PROBE_STEPS:
-            return False
-        self._since_probe = 0
-        return True
-
-    def _start_prefill(self, *, idle: bool) -> None:
-        """Hand the next prompt chunks to the prefill thread (one job at a time), which writes only their slots.
-
-        The decode steps go on meanwhile on the worker, so with two cores the prompts that join cost
-        the decoding rows only the memory bandwidth they share, not a stall of the whole prefill.
-        """
-        if self._job is not None or not self._prefilling:
-            return
-        # With nothing to decode the worker waits for this job: the first prompt alone, so that it decodes
-        # sooner, while the next job reads the others.
-        chunks, finishing = self._plan_chunks(False, 1 if idle else None)
-        if not chunks:
-            return
-        ids, layout, logit_index = self._step_inputs([], chunks, finishing)
-        if self._prefill_pool is None:
-            self._prefill_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="veriloop-prefill")
-        decoder, cache, threads = self.decoder, self.cache, self.torch_threads
-
-        def run() -> tuple[torch.Tensor, float, float]:
-            set_threads(threads)
-            started, cpu = time.perf_counter(), time.thread_time()
-            with torch.inference_mode():
-                logits = decoder.forward(ids, layout, cache, logit_index)
-            return logits, time.perf_counter() - started, time.thread_time() - cpu
-
-        self._job = _PrefillJob(chunks, finishing, self._prefill_pool.submit(run))
-
-    def _collect_prefill(self, firsts: list[tuple[_Row, torch.Tensor]], *, wait: bool) -> float:
-        """Take the prefill job's results when it is done (or, with `wait`, once it is); returns the seconds waited."""
-        job = self._job
-        if job is None or (not wait and not job.future.done()):
-            return 0.0
-        started = time.perf_counter()
-        try:
-            logits, elapsed, cpu = job.future.result()
-        finally:
-            self._job = None
-            waited = time.perf_counter() - started if wait else 0.0
-            self.stats.prefill_wait_s += waited
-        for group, count in job.chunks:
-            group.done += count
-        self.stats.prefill_jobs += 1
-        self.stats.prefill_job_s += elapsed
-        if elapsed > 0:
-            share = min(1.0, cpu / elapsed)
-            self.stats.prefill_core_share = 0.5 * self.stats.prefill_core_share + 0.5 * share
-        self.stats.prefill_tokens += sum(count for _, count in job.chunks)
-        for index, group in enumerate(job.finishing):
-            group.first_logits = logits[index]
-            self._prefilled(group, firsts)
-        return waited
 
     def _prefilled(self, group: _Group, firsts: list[tuple[_Row, torch.Tensor]]) -> None:
         """A prompt's prefill is done: its leader decodes next; its other samples wait for slots."""
@@ -1043,12 +897,6 @@ def default_eos_ids(model: Any, tokenizer: Any) -> set[int]:
         elif isinstance(value, list | tuple):
             ids.update(int(item) for item in value)
     return ids
-
-
-def set_threads(threads: int) -> None:
-    """Torch intra-op threads of the calling thread (each worker thread sets its own)."""
-    if torch.get_num_threads() != threads:
-        torch.set_num_threads(threads)
 
 
 def _generator(seed: int | None) -> torch.Generator:

@@ -386,7 +386,6 @@ class EmbeddedBackend:
         speculative: SpeculativePrefill | None = None,
         cache_factory: CacheFactory | None = None,
         linear_weights: LinearWeights = "float32",
-        overlap_prefill: bool = False,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -403,7 +402,6 @@ class EmbeddedBackend:
             speculative=speculative,
             cache_factory=cache_factory,
             linear_weights=linear_weights,
-            overlap_prefill=overlap_prefill,
         )
 
     @classmethod
@@ -419,7 +417,6 @@ class EmbeddedBackend:
             speculative=speculative_prefill(settings),
             cache_factory=commvq_cache_factory(kernels["commvq"]) if "commvq" in kernels else None,
             linear_weights=settings.llm.linear_weights,
-            overlap_prefill=settings.llm.overlap_prefill,
         )
         backend.kernels = kernels
         return backend

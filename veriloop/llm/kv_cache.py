@@ -126,10 +126,6 @@ def scatter_decode_queries(layout: StepLayout, q: torch.Tensor) -> torch.Tensor:
 class SlotKVCache:
     """Keys (after RoPE) and values per layer in buffers of shape (slots, kv_heads, capacity, head_dim)."""
 
-    concurrent_slots = True
-    """A forward may write some slots while another reads and writes others (nothing here is shared
-    between slots but the buffers, which only `ensure` replaces)."""
-
     def __init__(
         self,
         layers: int,
