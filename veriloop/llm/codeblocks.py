@@ -49,5 +49,15 @@ def fenced_block(language: str, required: str | None = None) -> Constraint:
     """A reply that is exactly one fenced block tagged `language`, containing `required` if given (for example
     `def add(`): what a method's prompt asks for, so a small model's answer always reaches the tests or the
     compiler as code rather than as prose, and a length cut still leaves an open block `extract_code` reads."""
+    return Constraint(kind="regex", value=f"```{_literal(language)}\\n{_block_rest(required)}")
+
+
+def block_rest(required: str | None = None) -> Constraint:
+    """The rest of a block whose opening fence is already written (in the prompt): its body, containing
+    `required` if given, and the closing fence."""
+    return Constraint(kind="regex", value=_block_rest(required))
+
+
+def _block_rest(required: str | None) -> str:
     body = _NO_FENCE if required is None else f"{_NO_FENCE}{_literal(required)}{_NO_FENCE}"
-    return Constraint(kind="regex", value=f"```{_literal(language)}\\n{body}`{{0,2}}\\n```")
+    return f"{body}`{{0,2}}\\n```"
