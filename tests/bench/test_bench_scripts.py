@@ -1,0 +1,50 @@
+"""The scripts under bench/ that `veriloop bench` does not run: they must still run, and say why when they cannot."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+from veriloop.config import Settings
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def _script(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message a machine without CUDA gets")
+def test_gpu_bench_says_it_needs_cuda_and_exits_2() -> None:
+    run = subprocess.run(
+        [sys.executable, str(BENCH / "gpu_llm.py")], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert run.returncode == 2
+    assert "needs a CUDA device" in run.stderr
+    assert run.stdout == ""
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_step_bench_times_each_row_count_for_each_thread_count(model_settings: Settings) -> None:
+    result = _script("llm_step").main(
+        model_settings, ["--rows", "1,3", "--threads", "1,2", "--columns", "20", "--repeats", "1"]
+    )
+    torch.set_num_threads(1)
+    for threads in (1, 2):
+        run = result[f"threads_{threads}"]
+        assert set(run["step_ms"]) == set(run["products_ms"]) == {1, 3}
+        assert all(value > 0 for value in [*run["step_ms"].values(), *run["products_ms"].values()])
+        assert run["step_speedup"][1] == 1.0
+        assert run["step_speedup"][3] == round(3 * run["step_ms"][1] / run["step_ms"][3], 2)
+    assert result["columns"] == 20
