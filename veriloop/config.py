@@ -55,6 +55,13 @@ class LLMSettings(Section):
     )
     torch_threads: int = Field(1, ge=1, le=256, description="Torch intra-op threads; 1 is fastest on shared cores.")
     max_batch_size: int = Field(8, ge=1, le=256, description="Rows decoded together by the continuous batcher.")
+    replicas: int = Field(
+        0,
+        ge=0,
+        le=256,
+        description="Embedded batchers sharing the model, each decoding its share of max_batch_size's rows on its"
+        " own core; 0: one per usable core, keeping at least 4 slots each.",
+    )
     device: str = Field("cpu", description="Torch device for the embedded backend (cpu, cuda).")
     dtype: str = Field("float32", description="Weights dtype for the embedded backend (float32, bfloat16).")
     base_url: str = Field("http://127.0.0.1:8000/v1", description="OpenAI-compatible server for the openai backend.")

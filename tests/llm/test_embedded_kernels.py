@@ -74,7 +74,7 @@ async def test_commvq_setting_makes_the_live_cache_hold_codes_and_caches_the_cod
     settings = settings_for(tmp_path, tiny_folder, kv_cache="commvq")
     backend = EmbeddedBackend.from_settings(settings)
     try:
-        assert isinstance(backend.batcher.cache, CommVQSlotCache)
+        assert all(isinstance(batcher.cache, CommVQSlotCache) for batcher in backend.batchers)
         assert all(not m._forward_hooks for m in backend.model.modules())  # the cache itself holds codes
         cached = list((settings.paths.cache_dir / "commvq").glob("*.pt"))
         assert len(cached) == 1 and not list(cached[0].parent.glob("*.partial"))
@@ -95,8 +95,9 @@ async def test_commvq_setting_makes_the_live_cache_hold_codes_and_caches_the_cod
             torch.equal(a.za, b.za) and torch.equal(a.zb, b.zb) for a, b in zip(fitted.keys, loaded.keys, strict=True)
         )
         assert torch.equal(fitted.value_scale, loaded.value_scale)
-        cache = again.batcher.cache
-        assert isinstance(cache, CommVQSlotCache) and cache.commvq is loaded
+        for batcher in again.batchers:
+            cache = batcher.cache
+            assert isinstance(cache, CommVQSlotCache) and cache.commvq is loaded
         [[completion]] = await again.generate(["def add(a, b):"], SamplingParams(max_tokens=8, temperature=0.0))
         assert len(completion.token_ids) > 0
     finally:
@@ -106,7 +107,7 @@ async def test_commvq_setting_makes_the_live_cache_hold_codes_and_caches_the_cod
 def test_the_full_cache_setting_leaves_the_model_alone(tmp_path: Path, tiny_folder: Path) -> None:
     backend = EmbeddedBackend.from_settings(settings_for(tmp_path, tiny_folder))
     try:
-        assert backend.kernels == {} and backend.batcher.speculative is None
+        assert backend.kernels == {} and all(batcher.speculative is None for batcher in backend.batchers)
         assert not any(isinstance(m, QuantLinear) for m in backend.model.modules())
         assert all(not m._forward_hooks for m in backend.model.modules())
     finally:
@@ -118,7 +119,8 @@ def test_specprefill_setting_reaches_the_batcher(tmp_path: Path, tiny_folder: Pa
         settings_for(tmp_path, tiny_folder, prefill="specprefill", specprefill_keep=0.5)
     )
     try:
-        speculative = backend.batcher.speculative
+        speculative = backend.batchers[0].speculative
+        assert all(batcher.speculative is speculative for batcher in backend.batchers)
         assert speculative is not None and speculative.keep_ratio == 0.5
         assert speculative.min_tokens == embedded.SPECPREFILL_MIN_TOKENS
     finally:

@@ -72,6 +72,7 @@ from veriloop.llm.embedded import (
     set_torch_threads,
 )
 from veriloop.llm.packed import LinearWeights
+from veriloop.llm.replicas import replica_count
 from veriloop.records import Completion, SamplingParams
 
 FENCE = "```"
@@ -192,6 +193,7 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
             torch_threads=settings.llm.torch_threads,
             cache_factory=cache_factory,
             linear_weights=weights,
+            replicas=settings.llm.replicas,
         )
 
     seconds: dict[str, float] = {}
@@ -240,12 +242,14 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
     rates = {name: tokens[name] / seconds[name] for name in seconds}
     one, many = outputs["batcher_1"], outputs[batched]
     lengths = [completion.usage.completion_tokens for completion in one]
+    llm = settings.llm
     result: dict[str, Any] = {
         "model": settings.llm.model,
         "prompts": len(prompts),
         "max_tokens": args.max_tokens,
         "concurrency": args.concurrency,
         "torch_threads": settings.llm.torch_threads,
+        "replicas": {name: replica_count(llm.replicas, slots, threads=llm.torch_threads) for name, slots in runs},
         "dtype": settings.llm.dtype,
         "linear_weights": settings.llm.linear_weights,
         "repeat": max(args.repeat, 1),

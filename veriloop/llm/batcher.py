@@ -237,6 +237,7 @@ class ContinuousBatcher:
         prefill_chunk: int = PREFILL_CHUNK,
         cache_factory: CacheFactory | None = None,
         linear_weights: LinearWeights = "float32",
+        decoder: PackedDecoder | None = None,
         name: str = "veriloop-batcher",
     ) -> None:
         if max_batch_size < 1:
@@ -244,7 +245,8 @@ class ContinuousBatcher:
         if prefill_chunk < 1:
             raise ValueError("prefill_chunk must be at least 1")
         self.model = model
-        self.decoder = PackedDecoder(model, linear_weights)
+        # Replicas pass one decoder between them: its fp16 weight copies are read-only and shared.
+        self.decoder = decoder if decoder is not None else PackedDecoder(model, linear_weights)
         # The worker decodes with its own copy: a fast tokenizer must not be used by two threads at once.
         self._tokenizer = copy.deepcopy(tokenizer)
         self.max_batch_size = max_batch_size

@@ -40,6 +40,7 @@ from veriloop.llm.base import StreamDelta
 from veriloop.llm.batcher import CacheFactory, ContinuousBatcher, RowOutput, SampleSpec, SpeculativePrefill
 from veriloop.llm.kv_cache import KVStore
 from veriloop.llm.packed import LinearWeights, PackedDecoder
+from veriloop.llm.replicas import BatcherReplicas, replica_count, split_slots
 from veriloop.records import Completion, Message, Prompt, SamplingParams, Usage
 
 log = logging.getLogger(__name__)
@@ -386,6 +387,7 @@ class EmbeddedBackend:
         speculative: SpeculativePrefill | None = None,
         cache_factory: CacheFactory | None = None,
         linear_weights: LinearWeights = "float32",
+        replicas: int = 1,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -393,16 +395,26 @@ class EmbeddedBackend:
         self.kernels: dict[str, Any] = {}
         self._score_lock = threading.Lock()
         """What `apply_kernels` did to the model (from_settings)."""
-        self.batcher = ContinuousBatcher(
-            model,
-            tokenizer,
-            max_batch_size=max_batch_size,
-            torch_threads=torch_threads,
-            eos_token_ids=eos_token_ids,
-            speculative=speculative,
-            cache_factory=cache_factory,
-            linear_weights=linear_weights,
-        )
+        self.batcher: ContinuousBatcher | BatcherReplicas
+        """One batcher, or (`replicas` > 1) several sharing the model, one per core (`veriloop.llm.replicas`)."""
+        count = replica_count(replicas, max_batch_size, threads=torch_threads)
+        batchers: list[ContinuousBatcher] = []
+        for index, slots in enumerate(split_slots(max_batch_size, count)):
+            batchers.append(
+                ContinuousBatcher(
+                    model,
+                    tokenizer,
+                    max_batch_size=slots,
+                    torch_threads=torch_threads,
+                    eos_token_ids=eos_token_ids,
+                    speculative=speculative,
+                    cache_factory=cache_factory,
+                    linear_weights=linear_weights,
+                    decoder=batchers[0].decoder if batchers else None,
+                    name=f"veriloop-batcher-{index}" if count > 1 else "veriloop-batcher",
+                )
+            )
+        self.batcher = batchers[0] if count == 1 else BatcherReplicas(batchers)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> EmbeddedBackend:
@@ -417,9 +429,15 @@ class EmbeddedBackend:
             speculative=speculative_prefill(settings),
             cache_factory=commvq_cache_factory(kernels["commvq"]) if "commvq" in kernels else None,
             linear_weights=settings.llm.linear_weights,
+            replicas=settings.llm.replicas,
         )
         backend.kernels = kernels
         return backend
+
+    @property
+    def batchers(self) -> list[ContinuousBatcher]:
+        """The batcher, or each replica."""
+        return list(self.batcher.replicas) if isinstance(self.batcher, BatcherReplicas) else [self.batcher]
 
     @property
     def model_id(self) -> str:
