@@ -95,6 +95,24 @@ async def test_batched_greedy_equals_sequential_on_the_real_model(real: Embedded
         assert completion.token_ids == reference_greedy(real, real.encode(prompt), 40)
 
 
+async def test_two_replicas_answer_as_sequential_greedy_and_share_the_prompts(
+    model_settings: Settings, converted: tuple[Path, float]
+) -> None:
+    settings = exact(model_settings)
+    settings = settings.model_copy(update={"llm": settings.llm.model_copy(update={"replicas": 2})})
+    backend = EmbeddedBackend.from_settings(settings)
+    try:
+        assert len(backend.batchers) == 2
+        prompts: list[Any] = [user(CODE_PROMPT), user("What is 2 + 2?"), "def fibonacci(n):\n", user("Name a color.")]
+        params = SamplingParams(max_tokens=24)
+        results = await asyncio.gather(*(backend.generate([prompt], params) for prompt in prompts))
+        for prompt, [[completion]] in zip(prompts, results, strict=True):
+            assert completion.token_ids == reference_greedy(backend, backend.encode(prompt), 24)
+        assert all(batcher.steps > 0 for batcher in backend.batchers)
+    finally:
+        await backend.aclose()
+
+
 async def test_fp16_weights_by_default_stay_close_to_float32(real: EmbeddedBackend, model_settings: Settings) -> None:
     """The default fast path (fp16 weight copies) on the real model: same greedy tokens, logprobs within 0.02."""
     fast = EmbeddedBackend.from_settings(model_settings)
