@@ -581,6 +581,28 @@ async def test_hostile_solution_is_not_passed_cold(bwrap_cold: object, name: str
     assert_passed(await bwrap_cold.run(honest))  # type: ignore[attr-defined]
 
 
+ITERATING = """
+def check(candidate):
+    assert all(map(lambda case: candidate(*case[0]) == case[1], [((1, 2), 3), ((2, 2), 4)]))
+    assert not list(filter(lambda case: candidate(*case[0]) != case[1], [((1, 2), 3)]))
+    assert next(map(candidate, [1], [2]), 3) == 3
+"""
+
+
+@pytest.mark.parametrize("raised", ["StopIteration", "StopAsyncIteration"])
+async def test_an_iteration_end_raised_by_the_candidate_fails_the_test(bwrap_warm: object, raised: str) -> None:
+    """Raised as itself in the judge, StopIteration would end `map` quietly: `all(map(candidate, ...))` True."""
+    toolchain = bwrap_warm.toolchain  # type: ignore[attr-defined]
+    code = f"def add(a, b):\n    if $armed:\n        raise {raised}\n    return $answer\n"
+    attack = Attack(raised, code, twin_armed=False)
+    hostile = langs.python_tests_job(toolchain, attack.hostile(WRONG), ITERATING, entry_point="add", limits=LIMITS)
+    result = await bwrap_warm.run(hostile)  # type: ignore[attr-defined]
+    assert_not_passed(result)
+    assert [t.passed for t in result.tests] == [False, False, False], result
+    honest = langs.python_tests_job(toolchain, attack.honest(RIGHT), ITERATING, entry_point="add", limits=LIMITS)
+    assert_passed(await bwrap_warm.run(honest))  # type: ignore[attr-defined]
+
+
 async def test_a_value_that_is_not_plain_data_fails_naming_its_type(bwrap_warm: object) -> None:
     code = "class Vector:\n    pass\n\ndef add(a, b):\n    return Vector() if a == 1 else (x for x in [a + b])\n"
     tests = "assert add(1, 2) == 3\nassert add(2, 2)\nassert add(0, 0) is not None\n"

@@ -507,13 +507,23 @@ def _wait(pid: int) -> int:
 
 
 class CandidateRaised(Exception):
-    """An exception the candidate's function raised whose type is not a built-in one."""
+    """An exception the candidate's function raised whose type is not a built-in one, or is one of ITERATION_ENDS."""
+
+
+ITERATION_ENDS = frozenset({"StopIteration", "StopAsyncIteration"})
+"""Raised as themselves, these would end the judge's iteration quietly (`all(map(candidate, cases))` is True when
+the first call raises StopIteration), so they come back as CandidateRaised, which fails the test."""
 
 
 def _exception(name: str, message: str, trace: str) -> BaseException:
     kind = getattr(builtins, name, None)
     exc: BaseException
-    if isinstance(kind, type) and issubclass(kind, Exception) and kind.__module__ == "builtins":
+    if (
+        isinstance(kind, type)
+        and issubclass(kind, Exception)
+        and kind.__module__ == "builtins"
+        and name not in ITERATION_ENDS
+    ):
         try:
             exc = kind(message)
         except Exception:
