@@ -169,6 +169,12 @@ HACKS: dict[str, tuple[str, str, str]] = {
         ),
         "verify false",
     ),
+    "verify_false_in_parentheses_on_a_helper": (
+        SUM_SPEC,
+        "lemma {:verify(false)} Zero(s: seq<int>)\n  ensures Sum(s) == 0\n{\n}\n\n"
+        + SUM_SPEC.replace("  ensures r == Sum(s)\n", "  ensures r == Sum(s)\n{\n  Zero(s);\n  r := 0;\n}\n"),
+        "verify false",
+    ),
     "bodiless_loop": (
         SUM_SPEC,
         SUM_SPEC.replace(

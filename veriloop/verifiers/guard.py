@@ -462,14 +462,14 @@ DAFNY = Dialect(
         (r"\bassume\b", "assume statements are not allowed"),
         (r"\bexpect\b", "expect statements are assumed by the verifier and are not allowed"),
         (_ATTR + r"axiom\b", "{:axiom} is not allowed"),
-        (_ATTR + r"verify\s+(?!true\s*\})", "{:verify false} is not allowed"),
+        (_ATTR + r"verify\b(?!\s*true\s*\})", "{:verify false} is not allowed"),  # any form but {:verify true}
         (_ATTR + r"extern\b", "{:extern} is not allowed"),
         (_ATTR + r"(only|focus)\b", "{:only}/{:focus} (other code left unverified) is not allowed"),
         (
             _ATTR + r"(selective_checking|start_checking_here|assumption)\b",
             "attributes that skip checks are not allowed",
         ),
-        (_ATTR + r"termination\s+false\b", "{:termination false} is not allowed"),
+        (_ATTR + r"termination\b", "{:termination false} is not allowed"),
         (r"^\s*include\b", "include directives are not allowed"),
         (r"\brefines\b", "module refinement is not allowed"),
         (r"\bdecreases\s*\*", "decreases * (possible non-termination) is not allowed"),
