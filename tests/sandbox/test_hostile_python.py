@@ -510,6 +510,74 @@ def add(a, b):
     return $answer
 """,
     ),
+    Attack(
+        "interrupt_the_judge",
+        """
+import os, signal
+
+def add(a, b):
+    if $armed:
+        for number in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGALRM):
+            os.kill(os.getppid(), number)
+    return $answer
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "make_the_judge_import_a_main_module",
+        """
+import unittest.__main__ as loader
+
+def add(a, b):
+    return $answer
+""",
+        twin="import unittest as loader\n\ndef add(a, b):\n    return $answer\n",
+    ),
+    Attack(
+        "hooks_that_print_verdicts_later",
+        FAKE
+        + """
+import os, signal, sys, threading
+
+def _forge(*args):
+    for fd in (1, 2):
+        os.write(fd, _fake_records().encode())
+
+def _quiet(*args):
+    return None
+
+class _Finalizer:
+    def __del__(self):
+        _forge()
+
+KEEP = _Finalizer()
+for number in (signal.SIGTERM, signal.SIGALRM, signal.SIGHUP, signal.SIGPIPE):
+    signal.signal(number, _forge)
+sys.excepthook = threading.excepthook = sys.unraisablehook = _forge
+sys.settrace(_quiet)
+sys.setprofile(_quiet)
+
+def add(a, b):
+    return $answer
+""",
+    ),
+    Attack(
+        "close_and_redirect_the_pipes",
+        FAKE
+        + """
+import os
+
+def add(a, b):
+    if $armed:
+        null = os.open("/dev/null", os.O_WRONLY)
+        os.write(4, _fake_records().encode())
+        for fd in (1, 2, 4):
+            os.dup2(null, fd)
+        os.close(3)
+    return $answer
+""",
+        twin_armed=False,
+    ),
 ]
 
 
