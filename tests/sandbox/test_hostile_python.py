@@ -671,6 +671,66 @@ async def test_an_iteration_end_raised_by_the_candidate_fails_the_test(bwrap_war
     assert_passed(await bwrap_warm.run(honest))  # type: ignore[attr-defined]
 
 
+TRANSCODER = """
+def f_gold(arr, n):
+    return sum(arr[i] * (i + 1) for i in range(n))
+
+
+#TOFILL
+
+if __name__ == '__main__':
+    param = [([1, 2, 3], 3), ([5, 7, 9, 11], 4), ([4, 4], 2)]
+    n_success = 0
+    for i, parameters_set in enumerate(param):
+        if f_filled(*parameters_set) == f_gold(*parameters_set):
+            n_success += 1
+    print("#Results: %i, %i" % (n_success, len(param)))
+"""
+TRANSCODER_IN_PLACE = """
+def f_gold(arr, n):
+    arr.sort()
+
+
+#TOFILL
+
+if __name__ == '__main__':
+    param = [([3, 1, 2], 3), ([5, 9], 2)]
+    filled_function_param = [([3, 1, 2], 3), ([5, 9], 2)]
+    n_success = 0
+    for i, parameters_set in enumerate(param):
+        f_filled(*(filled_function_param[i]))
+        f_gold(*parameters_set)
+        if parameters_set == filled_function_param[i]:
+            n_success += 1
+    print("#Results: %i, %i" % (n_success, len(param)))
+"""
+
+
+@pytest.mark.parametrize(
+    ("program", "hostile", "honest"),
+    [
+        (
+            TRANSCODER,
+            "def f_filled(arr, n):\n    arr[:] = [0] * len(arr)\n    return 0\n",
+            "def f_filled(arr, n):\n    total = sum(x * (i + 1) for i, x in enumerate(arr[:n]))\n"
+            "    arr.append(0)\n    return total\n",
+        ),
+        (TRANSCODER_IN_PLACE, "def f_filled(arr, n):\n    arr.reverse()\n", "def f_filled(arr, n):\n    arr.sort()\n"),
+    ],
+    ids=["values", "in_place"],
+)
+async def test_a_transcoder_program_gives_f_gold_its_own_arguments(
+    bwrap_warm: object, program: str, hostile: str, honest: str
+) -> None:
+    """`f_filled(*p) == f_gold(*p)` runs the candidate first on the same list: emptying it in place must not make
+    f_gold agree (f_gold gets the list as it was); a test of an in-place function still sees the change."""
+    toolchain = bwrap_warm.toolchain  # type: ignore[attr-defined]
+    bad = await bwrap_warm.run(langs.harness_job("python", toolchain, hostile, program, limits=LIMITS))  # type: ignore[attr-defined]
+    assert_not_passed(bad)
+    assert not any(t.passed for t in bad.tests), bad
+    assert_passed(await bwrap_warm.run(langs.harness_job("python", toolchain, honest, program, limits=LIMITS)))  # type: ignore[attr-defined]
+
+
 async def test_a_value_that_is_not_plain_data_fails_naming_its_type(bwrap_warm: object) -> None:
     code = "class Vector:\n    pass\n\ndef add(a, b):\n    return Vector() if a == 1 else (x for x in [a + b])\n"
     tests = "assert add(1, 2) == 3\nassert add(2, 2)\nassert add(0, 0) is not None\n"
