@@ -200,6 +200,14 @@ HACKS: dict[str, tuple[str, str, str]] = {
         "verify false",
     ),
     "spec_sent_back_unchanged": (SUM_SPEC, SUM_SPEC, "has no body"),
+    "abstract_trait_method": (
+        SUM_SPEC,
+        "trait T {\n  method M(s: seq<int>) returns (r: int)\n    ensures r == Sum(s)\n}\n\n"
+        + SUM_SPEC.replace(
+            "  ensures r == Sum(s)\n", "  ensures r == Sum(s)\n{\n  var t: T :| true;\n  r := t.M(s);\n}\n"
+        ),
+        "has no body",
+    ),
     "bodiless_loop": (
         SUM_SPEC,
         SUM_SPEC.replace(
