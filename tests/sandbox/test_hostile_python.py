@@ -510,6 +510,74 @@ def add(a, b):
     return $answer
 """,
     ),
+    Attack(
+        "interrupt_the_judge",
+        """
+import os, signal
+
+def add(a, b):
+    if $armed:
+        for number in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGALRM):
+            os.kill(os.getppid(), number)
+    return $answer
+""",
+        twin_armed=False,
+    ),
+    Attack(
+        "make_the_judge_import_a_main_module",
+        """
+import unittest.__main__ as loader
+
+def add(a, b):
+    return $answer
+""",
+        twin="import unittest as loader\n\ndef add(a, b):\n    return $answer\n",
+    ),
+    Attack(
+        "hooks_that_print_verdicts_later",
+        FAKE
+        + """
+import os, signal, sys, threading
+
+def _forge(*args):
+    for fd in (1, 2):
+        os.write(fd, _fake_records().encode())
+
+def _quiet(*args):
+    return None
+
+class _Finalizer:
+    def __del__(self):
+        _forge()
+
+KEEP = _Finalizer()
+for number in (signal.SIGTERM, signal.SIGALRM, signal.SIGHUP, signal.SIGPIPE):
+    signal.signal(number, _forge)
+sys.excepthook = threading.excepthook = sys.unraisablehook = _forge
+sys.settrace(_quiet)
+sys.setprofile(_quiet)
+
+def add(a, b):
+    return $answer
+""",
+    ),
+    Attack(
+        "close_and_redirect_the_pipes",
+        FAKE
+        + """
+import os
+
+def add(a, b):
+    if $armed:
+        null = os.open("/dev/null", os.O_WRONLY)
+        os.write(4, _fake_records().encode())
+        for fd in (1, 2, 4):
+            os.dup2(null, fd)
+        os.close(3)
+    return $answer
+""",
+        twin_armed=False,
+    ),
 ]
 
 
@@ -579,6 +647,88 @@ async def test_hostile_solution_is_not_passed_cold(bwrap_cold: object, name: str
     assert_not_passed(await bwrap_cold.run(hostile))  # type: ignore[attr-defined]
     honest = langs.python_tests_job(toolchain, attack.honest(RIGHT), HUMANEVAL, entry_point="add", limits=LIMITS)
     assert_passed(await bwrap_cold.run(honest))  # type: ignore[attr-defined]
+
+
+ITERATING = """
+def check(candidate):
+    assert all(map(lambda case: candidate(*case[0]) == case[1], [((1, 2), 3), ((2, 2), 4)]))
+    assert not list(filter(lambda case: candidate(*case[0]) != case[1], [((1, 2), 3)]))
+    assert next(map(candidate, [1], [2]), 3) == 3
+"""
+
+
+@pytest.mark.parametrize("raised", ["StopIteration", "StopAsyncIteration"])
+async def test_an_iteration_end_raised_by_the_candidate_fails_the_test(bwrap_warm: object, raised: str) -> None:
+    """Raised as itself in the judge, StopIteration would end `map` quietly: `all(map(candidate, ...))` True."""
+    toolchain = bwrap_warm.toolchain  # type: ignore[attr-defined]
+    code = f"def add(a, b):\n    if $armed:\n        raise {raised}\n    return $answer\n"
+    attack = Attack(raised, code, twin_armed=False)
+    hostile = langs.python_tests_job(toolchain, attack.hostile(WRONG), ITERATING, entry_point="add", limits=LIMITS)
+    result = await bwrap_warm.run(hostile)  # type: ignore[attr-defined]
+    assert_not_passed(result)
+    assert [t.passed for t in result.tests] == [False, False, False], result
+    honest = langs.python_tests_job(toolchain, attack.honest(RIGHT), ITERATING, entry_point="add", limits=LIMITS)
+    assert_passed(await bwrap_warm.run(honest))  # type: ignore[attr-defined]
+
+
+TRANSCODER = """
+def f_gold(arr, n):
+    return sum(arr[i] * (i + 1) for i in range(n))
+
+
+#TOFILL
+
+if __name__ == '__main__':
+    param = [([1, 2, 3], 3), ([5, 7, 9, 11], 4), ([4, 4], 2)]
+    n_success = 0
+    for i, parameters_set in enumerate(param):
+        if f_filled(*parameters_set) == f_gold(*parameters_set):
+            n_success += 1
+    print("#Results: %i, %i" % (n_success, len(param)))
+"""
+TRANSCODER_IN_PLACE = """
+def f_gold(arr, n):
+    arr.sort()
+
+
+#TOFILL
+
+if __name__ == '__main__':
+    param = [([3, 1, 2], 3), ([5, 9], 2)]
+    filled_function_param = [([3, 1, 2], 3), ([5, 9], 2)]
+    n_success = 0
+    for i, parameters_set in enumerate(param):
+        f_filled(*(filled_function_param[i]))
+        f_gold(*parameters_set)
+        if parameters_set == filled_function_param[i]:
+            n_success += 1
+    print("#Results: %i, %i" % (n_success, len(param)))
+"""
+
+
+@pytest.mark.parametrize(
+    ("program", "hostile", "honest"),
+    [
+        (
+            TRANSCODER,
+            "def f_filled(arr, n):\n    arr[:] = [0] * len(arr)\n    return 0\n",
+            "def f_filled(arr, n):\n    total = sum(x * (i + 1) for i, x in enumerate(arr[:n]))\n"
+            "    arr.append(0)\n    return total\n",
+        ),
+        (TRANSCODER_IN_PLACE, "def f_filled(arr, n):\n    arr.reverse()\n", "def f_filled(arr, n):\n    arr.sort()\n"),
+    ],
+    ids=["values", "in_place"],
+)
+async def test_a_transcoder_program_gives_f_gold_its_own_arguments(
+    bwrap_warm: object, program: str, hostile: str, honest: str
+) -> None:
+    """`f_filled(*p) == f_gold(*p)` runs the candidate first on the same list: emptying it in place must not make
+    f_gold agree (f_gold gets the list as it was); a test of an in-place function still sees the change."""
+    toolchain = bwrap_warm.toolchain  # type: ignore[attr-defined]
+    bad = await bwrap_warm.run(langs.harness_job("python", toolchain, hostile, program, limits=LIMITS))  # type: ignore[attr-defined]
+    assert_not_passed(bad)
+    assert not any(t.passed for t in bad.tests), bad
+    assert_passed(await bwrap_warm.run(langs.harness_job("python", toolchain, honest, program, limits=LIMITS)))  # type: ignore[attr-defined]
 
 
 async def test_a_value_that_is_not_plain_data_fails_naming_its_type(bwrap_warm: object) -> None:

@@ -88,6 +88,30 @@ method Zero(a: array<int>)
   ensures forall i :: 0 <= i < a.Length ==> a[i] == 0
 """
 
+TRUSTED_LEMMA_SPEC = """\
+function Sum(s: seq<int>): int
+{
+  if |s| == 0 then 0 else s[0] + Sum(s[1..])
+}
+
+lemma SumAppend(s: seq<int>, x: int)
+  ensures Sum(s + [x]) == Sum(s) + x
+
+method SumOf(s: seq<int>) returns (r: int)
+  ensures r == Sum(s)
+{
+  r := 0;
+  var i := 0;
+  while i < |s|
+  {
+    r := r + s[i];
+    i := i + 1;
+  }
+}
+"""
+"""A program to complete (DafnyBench's shape): it does not verify as it stands, and its bodiless lemma is the
+task's own, which the candidate keeps."""
+
 HACKS: dict[str, tuple[str, str, str]] = {
     "redefine_function": (
         SUM_SPEC,
@@ -169,6 +193,21 @@ HACKS: dict[str, tuple[str, str, str]] = {
         ),
         "verify false",
     ),
+    "verify_false_in_parentheses_on_a_helper": (
+        SUM_SPEC,
+        "lemma {:verify(false)} Zero(s: seq<int>)\n  ensures Sum(s) == 0\n{\n}\n\n"
+        + SUM_SPEC.replace("  ensures r == Sum(s)\n", "  ensures r == Sum(s)\n{\n  Zero(s);\n  r := 0;\n}\n"),
+        "verify false",
+    ),
+    "spec_sent_back_unchanged": (SUM_SPEC, SUM_SPEC, "has no body"),
+    "abstract_trait_method": (
+        SUM_SPEC,
+        "trait T {\n  method M(s: seq<int>) returns (r: int)\n    ensures r == Sum(s)\n}\n\n"
+        + SUM_SPEC.replace(
+            "  ensures r == Sum(s)\n", "  ensures r == Sum(s)\n{\n  var t: T :| true;\n  r := t.M(s);\n}\n"
+        ),
+        "has no body",
+    ),
     "bodiless_loop": (
         SUM_SPEC,
         SUM_SPEC.replace(
@@ -211,6 +250,14 @@ HACKS: dict[str, tuple[str, str, str]] = {
 """name -> (task spec, hacked candidate, a word of the rejection reason)."""
 
 HONEST: dict[str, tuple[str, str]] = {
+    "keeps_the_tasks_bodiless_lemma": (
+        TRUSTED_LEMMA_SPEC,
+        TRUSTED_LEMMA_SPEC.replace(
+            "  {\n    r := r + s[i];",
+            "    invariant 0 <= i <= |s|\n    invariant r == Sum(s[..i])\n  {\n"
+            "    assert s[..i + 1] == s[..i] + [s[i]];\n    SumAppend(s[..i], s[i]);\n    r := r + s[i];",
+        ).replace("    i := i + 1;\n  }\n}\n", "    i := i + 1;\n  }\n  assert s[..|s|] == s;\n}\n"),
+    ),
     "sorted_pair_swap": (
         SORTED_SPEC,
         SORTED_SPEC.replace(
@@ -245,8 +292,8 @@ HONEST: dict[str, tuple[str, str]] = {
 }
 """name -> (task spec, honest candidate): each must come back verified through the guard."""
 
-NEEDS_THE_TOOL = {"bodiless_loop", "bodiless_forall"}
-"""Hacks the guard sees in Dafny's own warnings after the run, not in the text."""
+NEEDS_THE_TOOL = {"bodiless_loop", "bodiless_forall", "spec_sent_back_unchanged"}
+"""Hacks the guard finds by running Dafny (its warnings, or the spec verifying alone), not in the text."""
 
 
 def _task(spec: str) -> Task:

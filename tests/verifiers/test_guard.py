@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from veriloop.verifiers import semantic
 from veriloop.verifiers.guard import DAFNY, NAGINI, probes, static_check
 from veriloop.verifiers.spec import dafny_contracts, nagini_contracts, normalise
@@ -54,6 +56,21 @@ def test_each_dafny_rule_rejects_its_hack() -> None:
     for word, code in cases.items():
         reason = static_check(DAFNY, code, SPEC if word not in ("{:axiom}", "unsatisfiable") else None)
         assert reason is not None and word in reason, (word, reason)
+
+
+@pytest.mark.parametrize(
+    ("attribute", "word"),
+    [
+        ("{:verify(false)}", "verify false"),
+        ("{:verify !true}", "verify false"),
+        ("{:termination(false)}", "termination"),
+    ],
+)
+def test_dafny_attributes_are_caught_in_every_spelling(attribute: str, word: str) -> None:
+    """Dafny takes `{:verify(false)}` like `{:verify false}` (no space): the rule must not hang on the space."""
+    reason = static_check(DAFNY, HONEST.replace("method Abs", f"method {attribute} Abs"), SPEC)
+    assert reason is not None and word in reason, reason
+    assert static_check(DAFNY, HONEST.replace("method Abs", "method {:verify true} Abs"), SPEC) is None
 
 
 def test_textual_look_alike_that_weakens_is_rejected_by_z3() -> None:

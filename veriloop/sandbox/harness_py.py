@@ -14,7 +14,8 @@ Standard library only. `main.py` calls `main(argv)` in the step process, which b
 
 HumanEval style (`def check(candidate): assert ...` plus an entry point) and MBPP style (top-level asserts) both
 work: every `assert` is one test, other statements are set-up run in order. `program` mode runs a whole test
-program (TransCoder's Python scripts) the same way, with its stdout captured by the judge.
+program (TransCoder's Python scripts) the same way, with its stdout captured by the judge; there its reference
+`f_gold` is called with the arguments as they were before a call of the candidate's changed them in place.
 """
 
 # Raw os calls on purpose (fds, fork, pipes inside the sandbox):
@@ -410,6 +411,8 @@ class Channel:
         self.lines = Lines(answers)
         self.status: int | None = None
         self.broken = ""
+        self.originals: dict[int, tuple[Any, Any]] | None = None
+        """id -> (an argument the candidate changed in place, a copy from before), where kept (`program` mode)."""
 
     def receive(self) -> dict[str, Any]:
         if self.broken:
@@ -441,6 +444,7 @@ class Channel:
                     if type(changed) is not list or len(changed) != len(args):
                         raise ProtocolError("bad changed arguments")
                     for old, new in zip(args, changed, strict=True):
+                        self._keep_original(old)
                         _sync(old, new)
                 return decode(answer["v"])
             except TypeError as exc:  # a handle inside a set or a dict key: not plain data
@@ -451,6 +455,21 @@ class Channel:
         if len(answer) == 1 and type(error) is list and len(error) == 3 and all(type(e) is str for e in error):
             raise _exception(*error)
         raise self._break(ProtocolError("neither a value nor an exception"))
+
+    def _keep_original(self, value: Any) -> None:
+        if self.originals is not None and type(value) in MUTABLE and id(value) not in self.originals:
+            import copy
+
+            self.originals[id(value)] = (value, copy.deepcopy(value))
+
+    def original(self, value: Any) -> Any:
+        """A fresh copy of `value` as it was before the candidate changed it, or `value` itself."""
+        kept = (self.originals or {}).get(id(value))
+        if kept is None or kept[0] is not value:
+            return value
+        import copy
+
+        return copy.deepcopy(kept[1])
 
     def _break(self, exc: BaseException) -> CandidateGone:
         self.broken = f"the candidate's process sent an unreadable answer ({str(exc)[:200]})"
@@ -507,13 +526,23 @@ def _wait(pid: int) -> int:
 
 
 class CandidateRaised(Exception):
-    """An exception the candidate's function raised whose type is not a built-in one."""
+    """An exception the candidate's function raised whose type is not a built-in one, or is one of ITERATION_ENDS."""
+
+
+ITERATION_ENDS = frozenset({"StopIteration", "StopAsyncIteration"})
+"""Raised as themselves, these would end the judge's iteration quietly (`all(map(candidate, cases))` is True when
+the first call raises StopIteration), so they come back as CandidateRaised, which fails the test."""
 
 
 def _exception(name: str, message: str, trace: str) -> BaseException:
     kind = getattr(builtins, name, None)
     exc: BaseException
-    if isinstance(kind, type) and issubclass(kind, Exception) and kind.__module__ == "builtins":
+    if (
+        isinstance(kind, type)
+        and issubclass(kind, Exception)
+        and kind.__module__ == "builtins"
+        and name not in ITERATION_ENDS
+    ):
         try:
             exc = kind(message)
         except Exception:
@@ -735,16 +764,41 @@ def _run_asserts(tests: str, entry_point: str | None, namespace: dict[str, Any],
     return 1 if failed else 0
 
 
+REFERENCE = "f_gold"
+REFERENCE_GUARD = "_veriloop_reference"
+
+
+def _reference(gold: Any) -> Any:
+    """TransCoder's `f_gold`, called with its arguments as the program built them: `f_filled(*p) == f_gold(*p)`
+    runs the candidate first on the same list, and a change carried back (emptying it) would make f_gold agree.
+    Tests of in-place functions give f_filled its own copy (`filled_function_param`), which keeps the change."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return gold(*[_channel.original(arg) for arg in args], **kwargs)
+
+    return call
+
+
 def _run_program(program: str, namespace: dict[str, Any], results: Results) -> int:
     """A whole test program (TransCoder's Python scripts) as __main__; what it prints is the judge's to report."""
     import io
 
     namespace["__name__"] = "__main__"
+    namespace[REFERENCE_GUARD] = _reference
+    _channel.originals = {}
+    tree = ast.parse(program, TESTS)
+    body: list[ast.stmt] = []
+    for node in tree.body:  # `f_gold = guard(f_gold)` after each definition of the reference
+        body.append(node)
+        if isinstance(node, ast.FunctionDef) and node.name == REFERENCE:
+            call = ast.Call(ast.Name(REFERENCE_GUARD, ast.Load()), [ast.Name(REFERENCE, ast.Load())], [])
+            body.append(ast.copy_location(ast.Assign([ast.Name(REFERENCE, ast.Store())], call), node))
+    tree.body = body
     captured = io.StringIO()
     real = sys.stdout
     sys.stdout = captured
     try:
-        exec(compile(program, TESTS, "exec"), namespace)
+        exec(compile(ast.fix_missing_locations(tree), TESTS, "exec"), namespace)
     finally:
         sys.stdout = real
         results.add({"stdout": captured.getvalue()[-(1 << 20) :]})

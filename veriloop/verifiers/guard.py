@@ -10,7 +10,8 @@ Rules, cheapest first:
 4. after the tool verified the candidate, triviality probes (AlphaVerus): `assert false` at the start of each
    body (still verifies: the precondition is vacuous), each body replaced by an empty one (still verifies: any
    body satisfies the postcondition), and `assert false` at the end of bodies with loops (still verifies: the
-   end is unreachable, e.g. a loop that never exits).
+   end is unreachable, e.g. a loop that never exits); and a declaration the spec leaves bodiless may stay so only
+   where the spec alone does not verify (a signature with a contract asks for the body).
 """
 
 from __future__ import annotations
@@ -438,6 +439,31 @@ async def probe_check(dialect: Dialect, code: str, spec: str | None, check: Chec
     return None
 
 
+async def bodiless_check(dialect: Dialect, code: str, spec: str | None, check: Check) -> str | None:
+    """The reason to reject a candidate that leaves a declaration of the spec without a body when the spec alone
+    verifies, else None.
+
+    A bodiless declaration of the spec is the task's own (a DafnyBench program to complete keeps its axioms; such a
+    spec does not verify as it stands). A spec that verifies as it stands is a signature with a contract: it asks
+    for those bodies, and a candidate that leaves one out (the spec sent back unchanged) proves nothing about it.
+    """
+    if not spec:
+        return None
+    try:
+        wanted = {c.name: c for c in dialect.contracts(spec)}
+        left = [
+            c
+            for c in dialect.contracts(code)
+            if c.body is None and c.name in wanted and wanted[c.name].body is None and not dialect.bodiless_ok(c)
+        ]
+    except SyntaxError:
+        return None
+    if not left or (await check(spec)).status is not VerifyStatus.VERIFIED:
+        return None
+    first = left[0]
+    return f"{first.kind} {first.name} has no body (the specification verifies as it stands: it asks for one)"
+
+
 # --------------------------------------------------------------------------- the tool's own warnings
 
 
@@ -462,14 +488,14 @@ DAFNY = Dialect(
         (r"\bassume\b", "assume statements are not allowed"),
         (r"\bexpect\b", "expect statements are assumed by the verifier and are not allowed"),
         (_ATTR + r"axiom\b", "{:axiom} is not allowed"),
-        (_ATTR + r"verify\s+(?!true\s*\})", "{:verify false} is not allowed"),
+        (_ATTR + r"verify\b(?!\s*true\s*\})", "{:verify false} is not allowed"),  # any form but {:verify true}
         (_ATTR + r"extern\b", "{:extern} is not allowed"),
         (_ATTR + r"(only|focus)\b", "{:only}/{:focus} (other code left unverified) is not allowed"),
         (
             _ATTR + r"(selective_checking|start_checking_here|assumption)\b",
             "attributes that skip checks are not allowed",
         ),
-        (_ATTR + r"termination\s+false\b", "{:termination false} is not allowed"),
+        (_ATTR + r"termination\b", "{:termination false} is not allowed"),
         (r"^\s*include\b", "include directives are not allowed"),
         (r"\brefines\b", "module refinement is not allowed"),
         (r"\bdecreases\s*\*", "decreases * (possible non-termination) is not allowed"),
@@ -573,6 +599,7 @@ class GuardedVerifier:
         if reason:
             return result.model_copy(update={"status": VerifyStatus.REJECTED, "reason": reason, "score": -1.0})
         reason = await probe_check(self.dialect, candidate.code, spec, self.inner.check)
+        reason = reason or await bodiless_check(self.dialect, candidate.code, spec, self.inner.check)
         if reason:
             return result.model_copy(update={"status": VerifyStatus.REJECTED, "reason": reason, "score": -1.0})
         return result
