@@ -706,9 +706,34 @@ if __name__ == '__main__':
 """
 
 
+TRANSCODER_NESTED = """
+def f_gold(mat, weights):
+    return sum(w * sum(row) for w, row in zip(weights, mat))
+
+
+#TOFILL
+
+if __name__ == '__main__':
+    param = [([[1, 2], [3, 4]], [1, 2]), ([[5], [6], [7]], [3, 2, 1])]
+    n_success = 0
+    for i, parameters_set in enumerate(param):
+        if f_filled(*parameters_set) == f_gold(*parameters_set):
+            n_success += 1
+    print("#Results: %i, %i" % (n_success, len(param)))
+"""
+
+
 @pytest.mark.parametrize(
     ("program", "hostile", "honest"),
     [
+        (
+            TRANSCODER_NESTED,
+            # Zeroes the rows inside the first argument and the second argument too, then answers 0.
+            "def f_filled(mat, weights):\n    for row in mat:\n        row[:] = [0] * len(row)\n"
+            "    weights[:] = [0] * len(weights)\n    return 0\n",
+            "def f_filled(mat, weights):\n    total = sum(w * sum(row) for w, row in zip(weights, mat))\n"
+            "    mat[0].append(99)\n    return total\n",
+        ),
         (
             TRANSCODER,
             "def f_filled(arr, n):\n    arr[:] = [0] * len(arr)\n    return 0\n",
@@ -717,7 +742,7 @@ if __name__ == '__main__':
         ),
         (TRANSCODER_IN_PLACE, "def f_filled(arr, n):\n    arr.reverse()\n", "def f_filled(arr, n):\n    arr.sort()\n"),
     ],
-    ids=["values", "in_place"],
+    ids=["nested_and_second_argument", "values", "in_place"],
 )
 async def test_a_transcoder_program_gives_f_gold_its_own_arguments(
     bwrap_warm: object, program: str, hostile: str, honest: str
