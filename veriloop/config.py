@@ -86,6 +86,11 @@ class LLMSettings(Section):
         description="Weights the embedded batcher's CPU linear layers multiply by: float32, or an fp16 copy run by "
         "FBGEMM (activations stay float32; quality against float32 in `veriloop bench llm` under numerics).",
     )
+    script_decode: bool = Field(
+        True,
+        description="Run the decoder layers of decode steps as one TorchScript call (same results, no GIL, so "
+        "replicas step in parallel); false: the Python loop. Applies with float16 linear weights.",
+    )
 
 
 class StoreSettings(Section):

@@ -126,8 +126,52 @@ async def test_fp16_weights_by_default_stay_close_to_float32(real: EmbeddedBacke
             )
             assert fast_out.token_ids == slow_out.token_ids
             assert fast_out.logprobs == pytest.approx(slow_out.logprobs, abs=0.02)
+        assert fast.batcher.decoder.scripted is not None and fast.batcher.decoder.scripted_steps > 0
     finally:
         await fast.aclose()
+
+
+async def test_scripted_decode_steps_equal_the_python_loop(real: EmbeddedBackend) -> None:
+    """The real model's decode step through TorchScript: the Python loop's logits and cache, bit for bit."""
+    from veriloop.llm.kv_cache import SlotKVCache, StepLayout, lengths_mask
+    from veriloop.llm.packed import PackedDecoder
+
+    scripted, plain = PackedDecoder(real.model, "float16"), PackedDecoder(real.model, "float16", script=False)
+    assert scripted.scripted is not None
+    caches = []
+    for decoder in (scripted, plain):
+        cache = SlotKVCache(
+            30, 3, decoder.kv_heads, decoder.head_dim, dtype=decoder.dtype, device=decoder.device, max_columns=64
+        )
+        cache.ensure(64)
+        generator = torch.Generator().manual_seed(0)
+        for buffer in cache.keys + cache.values:
+            buffer.copy_(torch.randn(buffer.shape, generator=generator))
+        caches.append(cache)
+    lengths = torch.tensor([20, 1, 41])  # rows in slots 2 and 0, slot 1 free
+    layout = StepLayout(
+        slots=torch.tensor([2, 0]),
+        columns=torch.tensor([40, 19]),
+        positions=torch.tensor([40, 19]),
+        decode=2,
+        decode_slots=torch.tensor([2, 0]),
+        decode_lengths=lengths,
+        slots_used=3,
+        chunks=(),
+        longest=41,
+        mask=lengths_mask(lengths, 41),
+    )
+    ids = torch.tensor([real.encode("def")[0], 13])
+    with torch.inference_mode():
+        outs = [
+            [decoder.forward(ids, layout, cache, torch.arange(2)) for _ in range(4)]
+            for decoder, cache in zip((scripted, plain), caches, strict=True)
+        ]
+    assert scripted.scripted_steps == 4 and plain.scripted_steps == 0
+    assert all(torch.equal(a, b) for a, b in zip(*outs, strict=True))
+    fast_cache, slow_cache = caches
+    for a, b in zip(fast_cache.keys + fast_cache.values, slow_cache.keys + slow_cache.values, strict=True):
+        assert torch.equal(a, b)
 
 
 async def test_stop_at_the_closing_fence(real: EmbeddedBackend) -> None:

@@ -388,6 +388,7 @@ class EmbeddedBackend:
         cache_factory: CacheFactory | None = None,
         linear_weights: LinearWeights = "float32",
         replicas: int = 1,
+        script_decode: bool = True,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -398,6 +399,7 @@ class EmbeddedBackend:
         self.batcher: ContinuousBatcher | BatcherReplicas
         """One batcher, or (`replicas` > 1) several sharing the model, one per core (`veriloop.llm.replicas`)."""
         count = replica_count(replicas, max_batch_size, threads=torch_threads)
+        decoder = PackedDecoder(model, linear_weights, script=script_decode)
         batchers: list[ContinuousBatcher] = []
         for index, slots in enumerate(split_slots(max_batch_size, count)):
             batchers.append(
@@ -410,7 +412,7 @@ class EmbeddedBackend:
                     speculative=speculative,
                     cache_factory=cache_factory,
                     linear_weights=linear_weights,
-                    decoder=batchers[0].decoder if batchers else None,
+                    decoder=decoder,
                     name=f"veriloop-batcher-{index}" if count > 1 else "veriloop-batcher",
                 )
             )
@@ -430,6 +432,7 @@ class EmbeddedBackend:
             cache_factory=commvq_cache_factory(kernels["commvq"]) if "commvq" in kernels else None,
             linear_weights=settings.llm.linear_weights,
             replicas=settings.llm.replicas,
+            script_decode=settings.llm.script_decode,
         )
         backend.kernels = kernels
         return backend

@@ -36,7 +36,8 @@ from typing import Any, Literal
 import torch
 
 from veriloop.errors import BackendError
-from veriloop.llm.kv_cache import KVStore, StepLayout
+from veriloop.llm.kv_cache import KVStore, SlotKVCache, StepLayout
+from veriloop.llm.scripted import ScriptedLayers
 
 SUPPORTED = ("llama", "mistral", "qwen2")
 
@@ -201,19 +202,23 @@ class _LayerLinears:
         )
         self.o: Callable[[torch.Tensor], torch.Tensor] = attn.o_proj
         self.mlp: Callable[[torch.Tensor], torch.Tensor] = mlp
+        self._half: dict[str, HalfWeightLinear] = {}
         if weights != "float16":
             return
         qkv = [attn.q_proj, attn.k_proj, attn.v_proj]
         if HalfWeightLinear.applies_to(qkv):
-            self.qkv = HalfWeightLinear(qkv)
+            self.qkv = self._half["qkv"] = HalfWeightLinear(qkv)
             self.half += 3
         if HalfWeightLinear.applies_to([attn.o_proj]):
-            self.o = _single(HalfWeightLinear([attn.o_proj]))
+            self._half["o"] = HalfWeightLinear([attn.o_proj])
+            self.o = _single(self._half["o"])
             self.half += 1
         parts: list[Any] = [getattr(mlp, name, None) for name in ("gate_proj", "up_proj", "down_proj")]
         act = getattr(mlp, "act_fn", None)
         if act is not None and HalfWeightLinear.applies_to(parts[:2]) and HalfWeightLinear.applies_to(parts[2:]):
-            gate_up, down = HalfWeightLinear(parts[:2]), _single(HalfWeightLinear(parts[2:]))
+            gate_up = self._half["gate_up"] = HalfWeightLinear(parts[:2])
+            self._half["down"] = HalfWeightLinear(parts[2:])
+            down = _single(self._half["down"])
 
             def gated(h: torch.Tensor) -> torch.Tensor:
                 gate, up = gate_up(h)
@@ -221,6 +226,11 @@ class _LayerLinears:
 
             self.mlp = gated
             self.half += 3
+
+    def half_parts(self) -> list[HalfWeightLinear] | None:
+        """The fp16 products (q/k/v, o, gate/up, down) when all four are fp16, else None."""
+        parts = [self._half.get(name) for name in ("qkv", "o", "gate_up", "down")]
+        return None if any(part is None for part in parts) else [part for part in parts if part is not None]
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -231,7 +241,7 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 class PackedDecoder:
     """A Llama-style causal LM run over packed tokens with an external KV store."""
 
-    def __init__(self, model: Any, weights: LinearWeights = "float32") -> None:
+    def __init__(self, model: Any, weights: LinearWeights = "float32", script: bool = True) -> None:
         if weights not in ("float32", "float16"):
             raise BackendError(f"linear weights {weights!r}: float32 or float16")
         config = model.config
@@ -272,6 +282,10 @@ class PackedDecoder:
         self.scale = float(getattr(self.layers[0].self_attn, "scaling", self.head_dim**-0.5))
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
+        self.scripted = ScriptedLayers.build(self) if script else None
+        """Decode-only steps over a `SlotKVCache` run their layers here (see `scripted`), when it applies."""
+        self.scripted_steps = 0
+        """Steps whose layers ran in `scripted` (replicas sharing this decoder add up here)."""
 
     def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The rotary embedding's (cos, sin), each (N, head_dim), at `positions` (N,)."""
@@ -298,6 +312,14 @@ class PackedDecoder:
         def rope_keys(keys: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
             return keys * k_cos + _rotate_half(keys) * k_sin  # the step's own positions, already computed
 
+        if self.scripted is not None and layout.decode == n and layout.mask is not None and type(cache) is SlotKVCache:
+            x = self.scripted.current()(
+                x, q_cos, q_sin, k_cos, k_sin, cache.keys, cache.values,
+                layout.slots, layout.columns, layout.mask, layout.decode_slots,
+                layout.slots_used, layout.longest or int(layout.decode_lengths.max()), layout.in_order,
+            )  # fmt: skip
+            self.scripted_steps += 1
+            return self._logits(x, logit_index)
         for index, layer in enumerate(self.layers):
             linears = self.linears[index]
             h = layer.input_layernorm(x)
@@ -318,6 +340,9 @@ class PackedDecoder:
                     out[part] = cache.chunk_attention(index, chunk, q[part], self.scale)
             x = x + linears.o(out.reshape(n, self.heads * self.head_dim))
             x = x + linears.mlp(layer.post_attention_layernorm(x))
+        return self._logits(x, logit_index)
+
+    def _logits(self, x: torch.Tensor, logit_index: torch.Tensor) -> torch.Tensor:
         hidden = self.norm(x[logit_index])
         logits: torch.Tensor = self.lm_head(hidden).float()
         return logits

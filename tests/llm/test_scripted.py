@@ -1,0 +1,192 @@
+"""The scripted decode step (`veriloop.llm.scripted`): the Python loop's results bit for bit, never a stale
+weight, safe from two threads, and a clean fall-back (tiny random llama; the real model's step is
+compared in test_embedded_model.py)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import pytest
+import torch
+
+from veriloop.llm.batcher import ContinuousBatcher, SampleSpec
+from veriloop.llm.kv_cache import SlotKVCache, StepLayout, lengths_mask
+from veriloop.llm.packed import HalfWeightLinear, PackedDecoder
+from veriloop.llm.scripted import ScriptedLayers
+from veriloop.testing import tiny_causal_lm
+
+pytestmark = pytest.mark.skipif(
+    not HalfWeightLinear.applies_to([torch.nn.Linear(2, 2)]), reason="FBGEMM's fp16 products are not in this torch"
+)
+
+
+@pytest.fixture(scope="module")
+def model() -> Any:
+    return tiny_causal_lm(seed=3)[0]
+
+
+def _cache(decoder: PackedDecoder, slots: int = 4, columns: int = 40) -> SlotKVCache:
+    cache = SlotKVCache(
+        len(decoder.layers), slots, decoder.kv_heads, decoder.head_dim,
+        dtype=decoder.dtype, device=decoder.device, max_columns=columns,
+    )  # fmt: skip
+    cache.ensure(columns)
+    generator = torch.Generator().manual_seed(7)
+    for buffer in cache.keys + cache.values:
+        buffer.copy_(torch.randn(buffer.shape, generator=generator))
+    return cache
+
+
+def _layout(slots: list[int], lengths: list[int], used: int) -> StepLayout:
+    """A decode-only step: row i sits in slot slots[i], holding lengths[i] columns before this step."""
+    per_slot = [1] * used
+    for slot, length in zip(slots, lengths, strict=True):
+        per_slot[slot] = length + 1
+    decode_lengths = torch.tensor(per_slot)
+    longest = max(per_slot)
+    return StepLayout(
+        slots=torch.tensor(slots),
+        columns=torch.tensor(lengths),
+        positions=torch.tensor(lengths),
+        decode=len(slots),
+        decode_slots=torch.tensor(slots),
+        decode_lengths=decode_lengths,
+        slots_used=used,
+        chunks=(),
+        longest=longest,
+        in_order=slots == list(range(used)),
+        mask=lengths_mask(decode_lengths, longest),
+    )
+
+
+def _steps(decoder: PackedDecoder, cache: SlotKVCache, slots: list[int], lengths: list[int], used: int) -> list[Any]:
+    """Five consecutive decode steps (past TorchScript's profiling runs); the logits of each."""
+    out = []
+    ids = torch.tensor([(5 * slot + 11) % 250 for slot in slots])
+    with torch.inference_mode():
+        for step in range(5):
+            layout = _layout(slots, [length + step for length in lengths], used)
+            logits = decoder.forward(ids, layout, cache, torch.arange(len(slots)))
+            out.append(logits)
+            ids = logits.argmax(-1)
+    return out
+
+
+LAYOUTS = [
+    ([0], [9], 1),  # one row
+    ([0, 1, 2], [3, 17, 8], 3),  # rows in slot order, different lengths
+    ([2, 0], [12, 5], 3),  # rows out of slot order, a free slot between them
+]
+
+
+@pytest.mark.parametrize(("slots", "lengths", "used"), LAYOUTS)
+def test_scripted_steps_equal_the_python_loop_bit_for_bit(
+    model: Any, slots: list[int], lengths: list[int], used: int
+) -> None:
+    scripted, plain = PackedDecoder(model, "float16"), PackedDecoder(model, "float16", script=False)
+    assert scripted.scripted is not None and plain.scripted is None
+    fast_cache, slow_cache = _cache(scripted), _cache(plain)
+    fast, slow = _steps(scripted, fast_cache, slots, lengths, used), _steps(plain, slow_cache, slots, lengths, used)
+    assert scripted.scripted_steps == 5 and plain.scripted_steps == 0
+    assert all(torch.equal(a, b) for a, b in zip(fast, slow, strict=True))
+    for a, b in zip(fast_cache.keys + fast_cache.values, slow_cache.keys + slow_cache.values, strict=True):
+        assert torch.equal(a, b)  # the same cache writes, and nothing written outside the rows' columns
+
+
+def test_scripted_layers_follow_weight_updates(model: Any) -> None:
+    """An in-place update of a projection or a norm, or a replaced norm weight, reaches the next step."""
+    model = tiny_causal_lm(seed=4)[0]
+    scripted, plain = PackedDecoder(model, "float16"), PackedDecoder(model, "float16", script=False)
+    assert scripted.scripted is not None
+    before = _steps(scripted, _cache(scripted), [0, 1], [4, 6], 2)
+    layer = model.model.layers[1]
+    with torch.no_grad():
+        layer.self_attn.k_proj.weight.mul_(1.5)
+        layer.mlp.down_proj.weight.add_(0.25)
+        model.model.layers[0].input_layernorm.weight.mul_(0.5)
+        layer.post_attention_layernorm.weight = torch.nn.Parameter(layer.post_attention_layernorm.weight * 2)
+    after = _steps(scripted, _cache(scripted), [0, 1], [4, 6], 2)
+    expected = _steps(plain, _cache(plain), [0, 1], [4, 6], 2)
+    assert not torch.equal(before[0], after[0])
+    assert all(torch.equal(a, b) for a, b in zip(after, expected, strict=True))
+    assert scripted.scripted.builds == 2  # rebuilt once for the update, not once per step
+
+
+def test_two_threads_step_through_one_scripted_stack(model: Any) -> None:
+    """Replicas share one decoder: concurrent steps on their own caches answer as they do one at a time."""
+    decoder = PackedDecoder(model, "float16")
+    expected = [_steps(decoder, _cache(decoder), [0, 1, 2], [3 + k, 9, 1], 3) for k in range(2)]
+    results: dict[int, list[Any]] = {}
+
+    def run(k: int) -> None:
+        torch.set_num_threads(1)
+        for _ in range(4):
+            results[k] = _steps(decoder, _cache(decoder), [0, 1, 2], [3 + k, 9, 1], 3)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for k in range(2):
+        assert all(torch.equal(a, b) for a, b in zip(results[k], expected[k], strict=True))
+
+
+def test_scripted_only_where_it_runs_the_same_operations(model: Any) -> None:
+    assert PackedDecoder(model, "float32").scripted is None  # float32: the modules' own products
+    assert PackedDecoder(model, "float16", script=False).scripted is None
+    swished = tiny_causal_lm(seed=3)[0]
+    for layer in swished.model.layers:
+        layer.mlp.act_fn = torch.nn.GELU()
+    assert not ScriptedLayers.applies_to(PackedDecoder(swished, "float16", script=False))
+    assert PackedDecoder(swished, "float16").scripted is None
+
+
+def test_a_step_with_prefill_or_another_cache_takes_the_python_loop(model: Any) -> None:
+    decoder = PackedDecoder(model, "float16")
+
+    class OtherCache(SlotKVCache):
+        """Any store but the plain slot cache (CommVQ's, say) is read through its own methods."""
+
+    cache = OtherCache(
+        len(decoder.layers), 2, decoder.kv_heads, decoder.head_dim,
+        dtype=decoder.dtype, device=decoder.device, max_columns=16,
+    )  # fmt: skip
+    cache.ensure(16)
+    with torch.inference_mode():
+        decoder.forward(torch.tensor([5]), _layout([0], [3], 1), cache, torch.arange(1))
+    assert decoder.scripted_steps == 0
+
+
+def test_scripting_failure_keeps_the_python_loop(
+    model: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise OSError("Can't get source for _Stack")
+
+    monkeypatch.setattr(torch.jit, "script", refuse)
+    with caplog.at_level(logging.WARNING, logger="veriloop.llm.scripted"):
+        decoder = PackedDecoder(model, "float16")
+    assert decoder.scripted is None and "TorchScript could not script" in caplog.text
+    assert len(_steps(decoder, _cache(decoder), [0], [2], 1)) == 5
+
+
+def test_batcher_answers_the_same_with_and_without_the_script() -> None:
+    model, tokenizer = tiny_causal_lm(seed=5)
+    prompts = ["def add(a, b):", "hello", "x" * 30, "The quick brown fox", "abc"]
+    answers = []
+    for script in (True, False):
+        decoder = PackedDecoder(model, "float16", script=script)
+        batcher = ContinuousBatcher(model, tokenizer, max_batch_size=4, decoder=decoder)
+        try:
+            futures = [
+                batcher.submit(tokenizer(prompt)["input_ids"], [SampleSpec(max_tokens=12 + 3 * index)])[0]
+                for index, prompt in enumerate(prompts)
+            ]
+            answers.append([future.result(timeout=60).token_ids for future in futures])
+        finally:
+            batcher.close()
+        assert (decoder.scripted_steps > 0) == script
+    assert answers[0] == answers[1]
