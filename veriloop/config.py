@@ -88,7 +88,7 @@ class LLMSettings(Section):
     )
     script_decode: bool = Field(
         True,
-        description="Run the decoder layers of decode steps as one TorchScript call (same results, no GIL, so "
+        description="Run the decoder layers of each batcher step as one TorchScript call (same results, no GIL, so "
         "replicas step in parallel); false: the Python loop. Applies with float16 linear weights.",
     )
 

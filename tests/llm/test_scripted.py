@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from veriloop.llm.batcher import ContinuousBatcher, SampleSpec
-from veriloop.llm.kv_cache import SlotKVCache, StepLayout, lengths_mask
+from veriloop.llm.kv_cache import Chunk, SlotKVCache, StepLayout, lengths_mask
 from veriloop.llm.packed import HalfWeightLinear, PackedDecoder
 from veriloop.llm.scripted import ScriptedLayers
 from veriloop.testing import tiny_causal_lm
@@ -144,7 +144,63 @@ def test_scripted_only_where_it_runs_the_same_operations(model: Any) -> None:
     assert PackedDecoder(swished, "float16").scripted is None
 
 
-def test_a_step_with_prefill_or_another_cache_takes_the_python_loop(model: Any) -> None:
+def _mixed_layout(rows: list[tuple[int, int]], chunks: list[tuple[int, int, int]]) -> StepLayout:
+    """Decoding rows (slot, length) then prefill chunks (slot, start, count), as the batcher lays a step out."""
+    slots = [slot for slot, _ in rows]
+    columns = [length for _, length in rows]
+    laid = []
+    for slot, start, count in chunks:
+        laid.append(Chunk(slot=slot, start=start, count=count, offset=len(slots)))
+        slots += [slot] * count
+        columns += list(range(start, start + count))
+    used = max((slot for slot, _ in rows), default=-1) + 1
+    per_slot = [1] * used
+    for slot, length in rows:
+        per_slot[slot] = length + 1
+    decode_lengths = torch.tensor(per_slot, dtype=torch.long)
+    longest = max(per_slot, default=0)
+    return StepLayout(
+        slots=torch.tensor(slots),
+        columns=torch.tensor(columns),
+        positions=torch.tensor(columns),
+        decode=len(rows),
+        decode_slots=torch.tensor([slot for slot, _ in rows], dtype=torch.long),
+        decode_lengths=decode_lengths,
+        slots_used=used,
+        chunks=tuple(laid),
+        longest=longest,
+        in_order=[slot for slot, _ in rows] == list(range(used)),
+        mask=lengths_mask(decode_lengths, longest) if rows else None,
+    )
+
+
+MIXED = [
+    ([], [(0, 0, 9)]),  # a prompt's first chunk, nothing decoding
+    ([(0, 12), (2, 5)], [(1, 0, 7)]),  # two rows decode while a prompt fills the slot between them
+    ([(1, 20)], [(0, 7, 5), (3, 0, 4)]),  # a prompt's second chunk and another prompt's first
+]
+
+
+@pytest.mark.parametrize(("rows", "chunks"), MIXED)
+def test_scripted_prefill_steps_equal_the_python_loop_bit_for_bit(
+    model: Any, rows: list[tuple[int, int]], chunks: list[tuple[int, int, int]]
+) -> None:
+    scripted, plain = PackedDecoder(model, "float16"), PackedDecoder(model, "float16", script=False)
+    fast_cache, slow_cache = _cache(scripted), _cache(plain)
+    layout = _mixed_layout(rows, chunks)
+    tokens = int(layout.slots.shape[0])
+    ids = torch.tensor([(7 * index + 3) % 250 for index in range(tokens)])
+    every = torch.arange(tokens)
+    with torch.inference_mode():
+        fast = [scripted.forward(ids, layout, fast_cache, every) for _ in range(3)]
+        slow = [plain.forward(ids, layout, slow_cache, every) for _ in range(3)]
+    assert scripted.scripted_steps == 3
+    assert all(torch.equal(a, b) for a, b in zip(fast, slow, strict=True))
+    for a, b in zip(fast_cache.keys + fast_cache.values, slow_cache.keys + slow_cache.values, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_another_cache_takes_the_python_loop(model: Any) -> None:
     decoder = PackedDecoder(model, "float16")
 
     class OtherCache(SlotKVCache):

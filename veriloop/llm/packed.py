@@ -36,7 +36,7 @@ from typing import Any, Literal
 import torch
 
 from veriloop.errors import BackendError
-from veriloop.llm.kv_cache import KVStore, SlotKVCache, StepLayout
+from veriloop.llm.kv_cache import KVStore, SlotKVCache, StepLayout, decode_mask
 from veriloop.llm.scripted import ScriptedLayers
 
 SUPPORTED = ("llama", "mistral", "qwen2")
@@ -283,7 +283,7 @@ class PackedDecoder:
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.scripted = ScriptedLayers.build(self) if script else None
-        """Decode-only steps over a `SlotKVCache` run their layers here (see `scripted`), when it applies."""
+        """Steps over a `SlotKVCache` run their layers here (see `scripted`), when it applies."""
         self.scripted_steps = 0
         """Steps whose layers ran in `scripted` (replicas sharing this decoder add up here)."""
 
@@ -312,11 +312,16 @@ class PackedDecoder:
         def rope_keys(keys: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
             return keys * k_cos + _rotate_half(keys) * k_sin  # the step's own positions, already computed
 
-        if self.scripted is not None and layout.decode == n and layout.mask is not None and type(cache) is SlotKVCache:
+        if self.scripted is not None and type(cache) is SlotKVCache:
+            decoding = layout.decode > 0
             x = self.scripted.current()(
                 x, q_cos, q_sin, k_cos, k_sin, cache.keys, cache.values,
-                layout.slots, layout.columns, layout.mask, layout.decode_slots,
-                layout.slots_used, layout.longest or int(layout.decode_lengths.max()), layout.in_order,
+                layout.slots, layout.columns,
+                decode_mask(layout, self.device) if decoding else layout.columns,  # (unread without decoding rows)
+                layout.decode_slots, layout.slots_used,
+                (layout.longest or int(layout.decode_lengths.max())) if decoding else 0,
+                layout.in_order, layout.decode,
+                [(chunk.slot, chunk.start, chunk.count, chunk.offset) for chunk in layout.chunks],
             )  # fmt: skip
             self.scripted_steps += 1
             return self._logits(x, logit_index)

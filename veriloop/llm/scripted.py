@@ -1,18 +1,19 @@
-"""The decode step's layers as one TorchScript call: the same operations, without the GIL.
+"""A step's decoder layers as one TorchScript call: the same operations, without the GIL.
 
-A decode step of the embedded model is about 1,500 small tensor operations (norms, rotary
-embedding, cache writes, attention, the fp16 products). Called from Python, each one takes the
-GIL for its argument parsing, so batcher replicas (threads, one per core) queue for it and a step
-on two replicas costs far more than a step alone. Scripted, the layer loop runs in TorchScript's
+A step of the embedded model is about 1,500 tensor operations (norms, rotary embedding, cache
+writes, attention, the fp16 products), most of them tiny in a decode step. Called from Python,
+each one takes the GIL for its argument parsing, so batcher replicas (threads, one per core)
+queue for it: two replicas stepping together took twice as long per step as one alone (measured:
+1 row, 22 ms alone, 42 ms each as two threads). Scripted, the layer loop runs in TorchScript's
 interpreter, which does not hold the GIL while it runs the graph and parses no Python arguments:
-replicas step in parallel and each operation costs less.
+replicas step in parallel (21 ms each) and each operation costs less (17.7 ms alone).
 
-`ScriptedLayers` covers what the packed forward runs on its hot path: decode-only steps over a
-`SlotKVCache`, with every projection an fp16 `HalfWeightLinear` and a SiLU-gated MLP. It is built
-from the packed forward's own pieces and runs the same operations in the same order (no fusion:
-the profiling executor's fusers are off for CPU), so its logits equal the Python path's bit for
-bit; the tests compare them. Anything else (prefill chunks, CommVQ, LoRA or quantized modules,
-float32 weights) stays on the Python path.
+`ScriptedLayers` covers the steps the batcher runs over a `SlotKVCache` (decoding rows, prefill
+chunks, or both) when every projection is an fp16 `HalfWeightLinear` and the MLP is SiLU-gated. It
+runs the Python path's operations in the same order (no fusion: TorchScript's fusers are off on
+the CPU), so its logits and cache writes equal the Python path's bit for bit; the tests compare
+them. Anything else (CommVQ's cache, LoRA or quantized modules, float32 weights) stays on the
+Python path, which is also the fall-back if TorchScript cannot script the layers.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
 
 
 class _Layer(torch.nn.Module):
-    """One decoder layer of a decode-only step; the packed forward's loop body."""
+    """One decoder layer of a step; the packed forward's loop body over a `SlotKVCache`."""
 
     def __init__(self, layer: Any, packed: list[Any], kv_heads: int, group: int, head_dim: int, scale: float) -> None:
         super().__init__()
@@ -71,6 +72,8 @@ class _Layer(torch.nn.Module):
         used: int,
         longest: int,
         in_order: bool,
+        decode: int,
+        chunks: list[tuple[int, int, int, int]],
     ) -> torch.Tensor:
         n = x.shape[0]
         h = _rms_norm(x, self.input_norm, self.input_eps)
@@ -83,6 +86,38 @@ class _Layer(torch.nn.Module):
         rotated = keys * k_cos + _rotate_half(keys) * k_sin
         keys_buffer[slots, :, columns] = rotated.to(keys_buffer.dtype)
         values_buffer[slots, :, columns] = values.to(values_buffer.dtype)
+        if decode == n:
+            out = self._decode_attention(q, keys_buffer, values_buffer, mask, decode_slots, used, longest, in_order)
+        else:
+            out = torch.empty_like(q)
+            if decode > 0:
+                out[:decode] = self._decode_attention(
+                    q[:decode], keys_buffer, values_buffer, mask, decode_slots, used, longest, in_order
+                )
+            for slot, start, count, offset in chunks:
+                out[offset : offset + count] = self._chunk_attention(
+                    q[offset : offset + count], keys_buffer, values_buffer, slot, start, count
+                )
+        attended = torch.ops.quantized.linear_dynamic_fp16(out.reshape(n, -1).contiguous(), self.o)
+        x = x + attended
+        h = _rms_norm(x, self.post_norm, self.post_eps)
+        gate_up = torch.ops.quantized.linear_dynamic_fp16(h.contiguous(), self.gate_up)
+        gate, up = torch.split(gate_up, [self.intermediate, self.intermediate], dim=-1)
+        mlp: torch.Tensor = torch.ops.quantized.linear_dynamic_fp16((F.silu(gate) * up).contiguous(), self.down)
+        return x + mlp
+
+    def _decode_attention(
+        self,
+        q: torch.Tensor,
+        keys_buffer: torch.Tensor,
+        values_buffer: torch.Tensor,
+        mask: torch.Tensor,
+        decode_slots: torch.Tensor,
+        used: int,
+        longest: int,
+        in_order: bool,
+    ) -> torch.Tensor:
+        """`SlotKVCache.decode_attention`: one query token per decoding row, over its own slot's columns."""
         cached_keys = keys_buffer[:used, :, :longest]
         cached_values = values_buffer[:used, :, :longest]
         if in_order:
@@ -93,13 +128,20 @@ class _Layer(torch.nn.Module):
         out = F.scaled_dot_product_attention(full, cached_keys, cached_values, attn_mask=mask, scale=self.scale)
         if not in_order:
             out = out[decode_slots]
-        attended = torch.ops.quantized.linear_dynamic_fp16(out.reshape(n, -1).contiguous(), self.o)
-        x = x + attended
-        h = _rms_norm(x, self.post_norm, self.post_eps)
-        gate_up = torch.ops.quantized.linear_dynamic_fp16(h.contiguous(), self.gate_up)
-        gate, up = torch.split(gate_up, [self.intermediate, self.intermediate], dim=-1)
-        mlp: torch.Tensor = torch.ops.quantized.linear_dynamic_fp16((F.silu(gate) * up).contiguous(), self.down)
-        return x + mlp
+        return out
+
+    def _chunk_attention(
+        self, q: torch.Tensor, keys_buffer: torch.Tensor, values_buffer: torch.Tensor, slot: int, start: int, count: int
+    ) -> torch.Tensor:
+        """`SlotKVCache.chunk_attention`: a row's prefill chunk, causal over its slot."""
+        end = start + count
+        queries = q.permute(1, 2, 0, 3).reshape(1, self.kv_heads, self.group * count, self.head_dim)
+        cached_keys = keys_buffer[slot : slot + 1, :, :end]
+        cached_values = values_buffer[slot : slot + 1, :, :end]
+        rows = torch.arange(count, device=q.device).repeat(self.group) + start
+        mask = torch.arange(end, device=q.device)[None, :] <= rows[:, None]
+        out = F.scaled_dot_product_attention(queries, cached_keys, cached_values, attn_mask=mask, scale=self.scale)
+        return out.view(self.kv_heads, self.group, count, self.head_dim).permute(2, 0, 1, 3)
 
 
 class _Stack(torch.nn.Module):
@@ -123,12 +165,14 @@ class _Stack(torch.nn.Module):
         used: int,
         longest: int,
         in_order: bool,
+        decode: int,
+        chunks: list[tuple[int, int, int, int]],
     ) -> torch.Tensor:
         index = 0  # TorchScript unrolls a ModuleList loop but has no enumerate over one
         for layer in self.layers:
             x = layer(
                 x, q_cos, q_sin, k_cos, k_sin, keys[index], values[index],
-                slots, columns, mask, decode_slots, used, longest, in_order,
+                slots, columns, mask, decode_slots, used, longest, in_order, decode, chunks,
             )  # fmt: skip
             index += 1  # noqa: SIM113
         return x
@@ -148,12 +192,23 @@ def _rms(module: Any) -> bool:
 
 
 class ScriptedLayers:
-    """The decoder layers of a decode-only step, scripted; rebuilt whenever a weight changes."""
+    """The decoder layers of a step, scripted; rebuilt whenever a weight changes.
+
+    Every step first checks that each weight and bias the layers read is still the tensor it was, at
+    the version it was: one pass over a flat list, because a check per product (as the Python path
+    makes) held the GIL for milliseconds a step.
+    """
 
     def __init__(self, decoder: Any) -> None:
         self.decoder = decoder
         self._stack: Any = None
-        self._key: tuple[Any, ...] | None = None
+        self._watched: list[tuple[dict[str, Any], str]] = []
+        for layer, linears in zip(decoder.layers, decoder.linears, strict=True):
+            modules = [module for part in linears.half_parts() for module in part.modules]
+            for module in [*modules, layer.input_layernorm, layer.post_attention_layernorm]:
+                parameters = module._parameters
+                self._watched += [(parameters, name) for name in ("weight", "bias") if name in parameters]
+        self._seen: list[tuple[Any, int | None]] = []
         self.builds = 0
         """How often the layers were scripted (once, and again after each weight change)."""
         self.current()
@@ -180,38 +235,38 @@ class ScriptedLayers:
             for layer, linears in zip(decoder.layers, decoder.linears, strict=True)
         )
 
-    def _packed(self) -> list[list[Any]]:
-        parts = [linears.half_parts() for linears in self.decoder.linears]
-        return [[part.packed() for part in layer_parts] for layer_parts in parts if layer_parts is not None]
+    def _unchanged(self) -> bool:
+        for (parameters, name), (tensor, version) in zip(self._watched, self._seen, strict=True):
+            now = parameters[name]
+            if now is not tensor or (version is not None and now._version != version):
+                return False
+        return bool(self._seen)
 
     def current(self) -> Any:
-        """The scripted stack over the weights as they are now (packs are checked as the Python path does)."""
-        packed = self._packed()
-        norms = [
-            _weight_key(tensor)
-            for layer in self.decoder.layers
-            for tensor in (layer.input_layernorm.weight, layer.post_attention_layernorm.weight)
+        """The scripted stack over the weights as they are now."""
+        if self._stack is not None and self._unchanged():
+            return self._stack
+        decoder = self.decoder
+        packed = [[part.packed() for part in linears.half_parts()] for linears in decoder.linears]  # repacks if stale
+        layers = [
+            _Layer(layer, parts, decoder.kv_heads, decoder.group, decoder.head_dim, decoder.scale)
+            for layer, parts in zip(decoder.layers, packed, strict=True)
         ]
-        key = (tuple(id(part) for layer in packed for part in layer), tuple(norms))
-        if self._stack is None or key != self._key:
-            decoder = self.decoder
-            layers = [
-                _Layer(layer, parts, decoder.kv_heads, decoder.group, decoder.head_dim, decoder.scale)
-                for layer, parts in zip(decoder.layers, packed, strict=True)
-            ]
-            with warnings.catch_warnings():
-                # Deprecated in favour of torch.compile/export, neither of which runs a step without the GIL
-                # on the CPU without a C++ toolchain; `build` falls back to the Python loop if it ever goes.
-                warnings.simplefilter("ignore", DeprecationWarning)
-                self._stack = torch.jit.script(_Stack(layers))
-            self._key = key
-            self.builds += 1
+        with warnings.catch_warnings():
+            # Deprecated in favour of torch.compile/export, neither of which runs a step without the GIL
+            # on the CPU without a C++ toolchain; `build` falls back to the Python loop if it ever goes.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            self._stack = torch.jit.script(_Stack(layers))
+        self._seen = [(parameters[name], _version(parameters[name])) for parameters, name in self._watched]
+        self.builds += 1
         return self._stack
 
 
-def _weight_key(tensor: torch.Tensor) -> tuple[int, int]:
+def _version(tensor: torch.Tensor | None) -> int | None:
+    """The in-place version counter; None for no tensor or an inference tensor (which has none)."""
+    if tensor is None:
+        return None
     try:
-        version = int(tensor._version)
+        return int(tensor._version)
     except RuntimeError:
-        version = 0
-    return (tensor.data_ptr(), version)
+        return None
