@@ -33,6 +33,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--columns", type=int, default=300, help="Cached columns per row.")
     parser.add_argument("--threads", default="1,2", help="torch thread counts, comma-separated.")
     parser.add_argument("--repeats", type=int, default=10, help="Timed steps per point (after 3 warm-up steps).")
+    parser.add_argument(
+        "--python-loop", action="store_true", help="Run the layers from Python, not as one TorchScript call."
+    )
     return parser.parse_args(argv)
 
 
@@ -100,7 +103,7 @@ def main(settings: Any, argv: list[str]) -> dict[str, Any]:
     row_counts = [int(value) for value in args.rows.split(",")]
     thread_counts = [int(value) for value in args.threads.split(",")]
     model, _ = load_model(settings)
-    decoder = PackedDecoder(model, settings.llm.linear_weights)
+    decoder = PackedDecoder(model, settings.llm.linear_weights, script=not args.python_loop)
     cache = SlotKVCache(
         len(decoder.layers),
         max(row_counts),
@@ -114,6 +117,7 @@ def main(settings: Any, argv: list[str]) -> dict[str, Any]:
     result: dict[str, Any] = {
         "model": settings.llm.model,
         "linear_weights": decoder.weights,
+        "scripted": decoder.scripted is not None,
         "columns": args.columns,
         "load_average_before": list(_load()),
     }

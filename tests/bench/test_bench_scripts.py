@@ -47,4 +47,8 @@ def test_step_bench_times_each_row_count_for_each_thread_count(model_settings: S
         assert all(value > 0 for value in [*run["step_ms"].values(), *run["products_ms"].values()])
         assert run["step_speedup"][1] == 1.0
         assert run["step_speedup"][3] == round(3 * run["step_ms"][1] / run["step_ms"][3], 2)
-    assert result["columns"] == 20
+    assert result["columns"] == 20 and result["scripted"] is True
+    plain = _script("llm_step").main(
+        model_settings, ["--rows", "1", "--threads", "1", "--columns", "20", "--repeats", "1", "--python-loop"]
+    )
+    assert plain["scripted"] is False and plain["threads_1"]["step_ms"][1] > 0

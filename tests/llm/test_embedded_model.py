@@ -132,8 +132,8 @@ async def test_fp16_weights_by_default_stay_close_to_float32(real: EmbeddedBacke
 
 
 async def test_scripted_decode_steps_equal_the_python_loop(real: EmbeddedBackend) -> None:
-    """The real model's decode step through TorchScript: the Python loop's logits and cache, bit for bit."""
-    from veriloop.llm.kv_cache import SlotKVCache, StepLayout, lengths_mask
+    """The real model's decode and mixed steps through TorchScript: the Python loop's logits and cache, bit for bit."""
+    from veriloop.llm.kv_cache import Chunk, SlotKVCache, StepLayout, lengths_mask
     from veriloop.llm.packed import PackedDecoder
 
     scripted, plain = PackedDecoder(real.model, "float16"), PackedDecoder(real.model, "float16", script=False)
@@ -161,10 +161,24 @@ async def test_scripted_decode_steps_equal_the_python_loop(real: EmbeddedBackend
         longest=41,
         mask=lengths_mask(lengths, 41),
     )
+    mixed = StepLayout(  # the same rows while slot 1 reads a 6-token prompt chunk
+        slots=torch.tensor([2, 0, 1, 1, 1, 1, 1, 1]),
+        columns=torch.tensor([40, 19, 0, 1, 2, 3, 4, 5]),
+        positions=torch.tensor([40, 19, 0, 1, 2, 3, 4, 5]),
+        decode=2,
+        decode_slots=torch.tensor([2, 0]),
+        decode_lengths=lengths,
+        slots_used=3,
+        chunks=(Chunk(slot=1, start=0, count=6, offset=2),),
+        longest=41,
+        mask=lengths_mask(lengths, 41),
+    )
     ids = torch.tensor([real.encode("def")[0], 13])
+    prompt = torch.tensor(real.encode("def fibonacci(n):")[:6])
     with torch.inference_mode():
         outs = [
-            [decoder.forward(ids, layout, cache, torch.arange(2)) for _ in range(4)]
+            [decoder.forward(ids, layout, cache, torch.arange(2)) for _ in range(3)]
+            + [decoder.forward(torch.cat([ids, prompt]), mixed, cache, torch.tensor([0, 1, 7]))]
             for decoder, cache in zip((scripted, plain), caches, strict=True)
         ]
     assert scripted.scripted_steps == 4 and plain.scripted_steps == 0
