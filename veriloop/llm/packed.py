@@ -37,7 +37,7 @@ import torch
 
 from veriloop.errors import BackendError
 from veriloop.llm.kv_cache import KVStore, SlotKVCache, StepLayout, decode_mask
-from veriloop.llm.scripted import ScriptedLayers
+from veriloop.llm.scripted import ScriptedLayers, rotate_half
 
 SUPPORTED = ("llama", "mistral", "qwen2")
 
@@ -233,11 +233,6 @@ class _LayerLinears:
         return None if any(part is None for part in parts) else [part for part in parts if part is not None]
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
 class PackedDecoder:
     """A Llama-style causal LM run over packed tokens with an external KV store."""
 
@@ -297,7 +292,7 @@ class PackedDecoder:
         """RoPE of per-token vectors x (N, ..., head_dim) at `positions` (N,), Llama's rotate-half convention."""
         cos, sin = self.cos_sin(positions)
         shape = (cos.shape[0],) + (1,) * (x.dim() - 2) + (cos.shape[-1],)
-        return x * cos.view(shape) + _rotate_half(x) * sin.view(shape)
+        return x * cos.view(shape) + rotate_half(x) * sin.view(shape)
 
     def forward(
         self, input_ids: torch.Tensor, layout: StepLayout, cache: KVStore, logit_index: torch.Tensor
@@ -310,7 +305,7 @@ class PackedDecoder:
         k_cos, k_sin = cos.view(n, 1, -1), sin.view(n, 1, -1)
 
         def rope_keys(keys: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-            return keys * k_cos + _rotate_half(keys) * k_sin  # the step's own positions, already computed
+            return keys * k_cos + rotate_half(keys) * k_sin  # the step's own positions, already computed
 
         if self.scripted is not None and type(cache) is SlotKVCache:
             decoding = layout.decode > 0
@@ -332,7 +327,7 @@ class PackedDecoder:
             q = q.reshape(n, self.kv_heads, self.group, self.head_dim)
             keys = keys.reshape(n, self.kv_heads, self.head_dim)
             values = values.reshape(n, self.kv_heads, self.head_dim)
-            q = q * q_cos + _rotate_half(q) * q_sin
+            q = q * q_cos + rotate_half(q) * q_sin
             cache.write(index, layout, keys, values, rope_keys)
             if layout.decode == n:
                 out = cache.decode_attention(index, layout, q, self.scale)

@@ -26,7 +26,8 @@ import torch
 import torch.nn.functional as F
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """Llama's rotate-half: (x1, x2) -> (-x2, x1) over the last dimension's halves."""
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
@@ -82,8 +83,8 @@ class _Layer(torch.nn.Module):
         q = q.reshape(n, self.kv_heads, self.group, self.head_dim)
         keys = keys.reshape(n, self.kv_heads, self.head_dim)
         values = values.reshape(n, self.kv_heads, self.head_dim)
-        q = q * q_cos + _rotate_half(q) * q_sin
-        rotated = keys * k_cos + _rotate_half(keys) * k_sin
+        q = q * q_cos + rotate_half(q) * q_sin
+        rotated = keys * k_cos + rotate_half(keys) * k_sin
         keys_buffer[slots, :, columns] = rotated.to(keys_buffer.dtype)
         values_buffer[slots, :, columns] = values.to(values_buffer.dtype)
         if decode == n:
