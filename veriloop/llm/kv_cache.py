@@ -107,20 +107,55 @@ def causal_chunk_mask(start: int, count: int, group: int, device: torch.device) 
     return torch.arange(start + count, device=device)[None, :] <= rows[:, None]
 
 
-def scatter_decode_queries(layout: StepLayout, q: torch.Tensor) -> torch.Tensor:
-    """Decode queries (decode, kv_heads, group, d) placed at their slots: (slots_used, kv_heads, group, d)."""
-    if layout.in_order:
-        return q
-    if layout.longest:  # precomputed: the rows are not in slot order
-        full = q.new_zeros((layout.slots_used, *q.shape[1:]))
-        full[layout.decode_slots.to(q.device)] = q
-        return full
+def _queries_in_order(layout: StepLayout) -> bool:
+    """Decoding row i sits in slot i for every slot used (as the layout says, or read from its tensors)."""
+    if layout.in_order or layout.longest:  # `longest` precomputed: so is `in_order`
+        return layout.in_order
     order = torch.arange(layout.decode, device=layout.decode_slots.device)
-    if layout.decode == layout.slots_used and bool((layout.decode_slots == order).all()):
-        return q
-    full = q.new_zeros((layout.slots_used, *q.shape[1:]))
-    full[layout.decode_slots.to(q.device)] = q
-    return full
+    return layout.decode == layout.slots_used and bool((layout.decode_slots == order).all())
+
+
+def slot_decode_attention(
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    decode_slots: torch.Tensor,
+    used: int,
+    longest: int,
+    in_order: bool,
+    scale: float,
+) -> torch.Tensor:
+    """Decode attention over one layer's slot buffers (slots, kv_heads, capacity, d): q (decode, kv_heads,
+    group, d) holds one token per decoding row; each attends over its slot's columns as `mask` says.
+
+    A plain function, so the Python loop and the scripted layers (`veriloop.llm.scripted`) run one code.
+    """
+    cached_keys = keys[:used, :, :longest]
+    cached_values = values[:used, :, :longest]
+    if in_order:
+        full = q
+    else:
+        full = q.new_zeros([used, q.shape[1], q.shape[2], q.shape[3]])
+        full[decode_slots] = q
+    out = F.scaled_dot_product_attention(full, cached_keys, cached_values, attn_mask=mask, scale=scale)
+    if not in_order:
+        out = out[decode_slots]
+    return out
+
+
+def slot_chunk_attention(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, slot: int, start: int, count: int, scale: float
+) -> torch.Tensor:
+    """A row's prefill chunk over one layer's slot buffers, causal: q (count, kv_heads, group, d) -> the same."""
+    end = start + count
+    heads, group, dim = q.shape[1], q.shape[2], q.shape[3]
+    queries = q.permute(1, 2, 0, 3).reshape(1, heads, group * count, dim)
+    cached_keys = keys[slot : slot + 1, :, :end]
+    cached_values = values[slot : slot + 1, :, :end]
+    mask = causal_chunk_mask(start, count, group, q.device)
+    out = F.scaled_dot_product_attention(queries, cached_keys, cached_values, attn_mask=mask, scale=scale)
+    return out.view(heads, group, count, dim).permute(2, 0, 1, 3)
 
 
 class SlotKVCache:
@@ -168,23 +203,15 @@ class SlotKVCache:
     def decode_attention(self, layer: int, layout: StepLayout, q: torch.Tensor, scale: float) -> torch.Tensor:
         """One query token per decoding row, each over its own slot's columns: (decode, kv_heads, group, d)."""
         longest = layout.longest or int(layout.decode_lengths.max())
-        used = layout.slots_used
-        keys = self.keys[layer][:used, :, :longest]
-        values = self.values[layer][:used, :, :longest]
-        full = scatter_decode_queries(layout, q)
-        out = F.scaled_dot_product_attention(full, keys, values, attn_mask=decode_mask(layout, q.device), scale=scale)
-        return out if full is q else out[layout.decode_slots.to(q.device)]
+        return slot_decode_attention(
+            q, self.keys[layer], self.values[layer], decode_mask(layout, q.device), layout.decode_slots.to(q.device),
+            layout.slots_used, longest, _queries_in_order(layout), scale,
+        )  # fmt: skip
 
     def chunk_attention(self, layer: int, chunk: Chunk, q: torch.Tensor, scale: float) -> torch.Tensor:
         """A row's prefill chunk, causal over its slot: q (count, kv_heads, group, d) -> the same shape."""
-        end = chunk.start + chunk.count
-        count, heads, group, dim = q.shape
-        queries = q.permute(1, 2, 0, 3).reshape(1, heads, group * count, dim)
-        keys = self.keys[layer][chunk.slot : chunk.slot + 1, :, :end]
-        values = self.values[layer][chunk.slot : chunk.slot + 1, :, :end]
-        mask = causal_chunk_mask(chunk.start, count, group, q.device)
-        out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, scale=scale)
-        return out.view(heads, group, count, dim).permute(2, 0, 1, 3)
+        keys, values = self.keys[layer], self.values[layer]
+        return slot_chunk_attention(q, keys, values, chunk.slot, chunk.start, chunk.count, scale)
 
     def copy_out(self, slot: int, end: int) -> list[tuple[torch.Tensor, ...]]:
         """A copy of a slot's first `end` columns, per layer (keys, values), for reuse by other rows."""

@@ -10,9 +10,10 @@ replicas step in parallel (21 ms each) and each operation costs less (17.7 ms al
 
 `ScriptedLayers` covers the steps the batcher runs over a `SlotKVCache` (decoding rows, prefill
 chunks, or both) when every projection is an fp16 `HalfWeightLinear` and the MLP is SiLU-gated. It
-runs the Python path's operations in the same order (no fusion: TorchScript's fusers are off on
-the CPU), so its logits and cache writes equal the Python path's bit for bit; the tests compare
-them. Anything else (CommVQ's cache, LoRA or quantized modules, float32 weights) stays on the
+runs the Python path's operations in the same order, attention through the very functions
+`SlotKVCache` calls (`slot_decode_attention`, `slot_chunk_attention`), with no fusion (TorchScript's
+fusers are off on the CPU), so its logits and cache writes equal the Python path's bit for bit; the
+tests compare them. Anything else (CommVQ's cache, LoRA or quantized modules, float32 weights) stays on the
 Python path, which is also the fall-back if TorchScript cannot script the layers.
 """
 
@@ -24,6 +25,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+from veriloop.llm.kv_cache import slot_chunk_attention, slot_decode_attention
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -88,16 +91,18 @@ class _Layer(torch.nn.Module):
         keys_buffer[slots, :, columns] = rotated.to(keys_buffer.dtype)
         values_buffer[slots, :, columns] = values.to(values_buffer.dtype)
         if decode == n:
-            out = self._decode_attention(q, keys_buffer, values_buffer, mask, decode_slots, used, longest, in_order)
+            out = slot_decode_attention(
+                q, keys_buffer, values_buffer, mask, decode_slots, used, longest, in_order, self.scale
+            )
         else:
             out = torch.empty_like(q)
             if decode > 0:
-                out[:decode] = self._decode_attention(
-                    q[:decode], keys_buffer, values_buffer, mask, decode_slots, used, longest, in_order
+                out[:decode] = slot_decode_attention(
+                    q[:decode], keys_buffer, values_buffer, mask, decode_slots, used, longest, in_order, self.scale
                 )
             for slot, start, count, offset in chunks:
-                out[offset : offset + count] = self._chunk_attention(
-                    q[offset : offset + count], keys_buffer, values_buffer, slot, start, count
+                out[offset : offset + count] = slot_chunk_attention(
+                    q[offset : offset + count], keys_buffer, values_buffer, slot, start, count, self.scale
                 )
         attended = torch.ops.quantized.linear_dynamic_fp16(out.reshape(n, -1).contiguous(), self.o)
         x = x + attended
@@ -106,43 +111,6 @@ class _Layer(torch.nn.Module):
         gate, up = torch.split(gate_up, [self.intermediate, self.intermediate], dim=-1)
         mlp: torch.Tensor = torch.ops.quantized.linear_dynamic_fp16((F.silu(gate) * up).contiguous(), self.down)
         return x + mlp
-
-    def _decode_attention(
-        self,
-        q: torch.Tensor,
-        keys_buffer: torch.Tensor,
-        values_buffer: torch.Tensor,
-        mask: torch.Tensor,
-        decode_slots: torch.Tensor,
-        used: int,
-        longest: int,
-        in_order: bool,
-    ) -> torch.Tensor:
-        """`SlotKVCache.decode_attention`: one query token per decoding row, over its own slot's columns."""
-        cached_keys = keys_buffer[:used, :, :longest]
-        cached_values = values_buffer[:used, :, :longest]
-        if in_order:
-            full = q
-        else:
-            full = q.new_zeros([used, self.kv_heads, self.group, self.head_dim])
-            full[decode_slots] = q
-        out = F.scaled_dot_product_attention(full, cached_keys, cached_values, attn_mask=mask, scale=self.scale)
-        if not in_order:
-            out = out[decode_slots]
-        return out
-
-    def _chunk_attention(
-        self, q: torch.Tensor, keys_buffer: torch.Tensor, values_buffer: torch.Tensor, slot: int, start: int, count: int
-    ) -> torch.Tensor:
-        """`SlotKVCache.chunk_attention`: a row's prefill chunk, causal over its slot."""
-        end = start + count
-        queries = q.permute(1, 2, 0, 3).reshape(1, self.kv_heads, self.group * count, self.head_dim)
-        cached_keys = keys_buffer[slot : slot + 1, :, :end]
-        cached_values = values_buffer[slot : slot + 1, :, :end]
-        rows = torch.arange(count, device=q.device).repeat(self.group) + start
-        mask = torch.arange(end, device=q.device)[None, :] <= rows[:, None]
-        out = F.scaled_dot_product_attention(queries, cached_keys, cached_values, attn_mask=mask, scale=self.scale)
-        return out.view(self.kv_heads, self.group, count, self.head_dim).permute(2, 0, 1, 3)
 
 
 class _Stack(torch.nn.Module):
