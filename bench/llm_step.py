@@ -85,9 +85,9 @@ def _products(decoder: Any, rows: int) -> Callable[[], object]:
 
     def run() -> None:
         for linears in decoder.linears:
-            q, _, _ = linears.qkv(x)
-            linears.o(q)
-            linears.mlp(x)
+            q, _, _ = linears.qkv(x, rows)
+            linears.o(q, rows)
+            linears.mlp(x, rows)
         decoder.lm_head(x)
 
     return run

@@ -81,15 +81,23 @@ class LLMSettings(Section):
         "full", description="Prompt prefill of the embedded model: full, or SpecPrefill (keeps the important chunks)."
     )
     specprefill_keep: float = Field(0.3, gt=0, le=1, description="Fraction of prompt tokens SpecPrefill keeps.")
-    linear_weights: Literal["float32", "float16"] = Field(
+    linear_weights: Literal["float32", "float16", "bfloat16"] = Field(
         "float16",
-        description="Weights the embedded batcher's CPU linear layers multiply by: float32, or an fp16 copy run by "
-        "FBGEMM (activations stay float32; quality against float32 in `veriloop bench llm` under numerics).",
+        description="Weights the embedded batcher's CPU linear layers multiply by for decoding rows: float32, an fp16 "
+        "copy run by FBGEMM (activations stay float32), or a bf16 copy run by oneDNN (activations rounded to bf16); "
+        "quality against float32 in `veriloop bench llm` under numerics.",
+    )
+    prefill_weights: Literal["auto", "float32", "float16", "bfloat16"] = Field(
+        "auto",
+        description="What the prompt rows' linear products multiply by (decoding rows: linear_weights). auto: bfloat16 "
+        "(weights and inputs rounded to bf16, sums in float32; twice FBGEMM's fp16 speed on a 100-token chunk) where "
+        "linear_weights is low-precision and the CPU has bf16 dot products, else linear_weights; float32 goes with "
+        "float32 linear_weights only.",
     )
     script_decode: bool = Field(
         True,
         description="Run the decoder layers of each batcher step as one TorchScript call (same results, no GIL, so "
-        "replicas step in parallel); false: the Python loop. Applies with float16 linear weights.",
+        "replicas step in parallel); false: the Python loop. Applies with float16 or bfloat16 linear weights.",
     )
 
 

@@ -117,7 +117,7 @@ async def test_fp16_weights_by_default_stay_close_to_float32(real: EmbeddedBacke
     """The default fast path (fp16 weight copies) on the real model: same greedy tokens, logprobs within 0.02."""
     fast = EmbeddedBackend.from_settings(model_settings)
     try:
-        assert fast.batcher.decoder.weights == "float16" and fast.batcher.decoder.half_linears == 30 * 7 + 1
+        assert fast.batcher.decoder.weights == "float16" and fast.batcher.decoder.fused_linears == 30 * 7 + 1
         prompts: list[Any] = [user(CODE_PROMPT), "def fibonacci(n):\n"]
         params = SamplingParams(max_tokens=24, logprobs=True)
         for prompt in prompts:

@@ -9,7 +9,14 @@ import pytest
 import torch
 
 from veriloop.errors import BackendError
-from veriloop.llm.packed import HalfWeightLinear, PackedDecoder, RowAdaptiveLinear
+from veriloop.llm.packed import (
+    BrainFloatLinear,
+    HalfWeightLinear,
+    PackedDecoder,
+    RowAdaptiveLinear,
+    RowSplitLinear,
+    default_prefill_weights,
+)
 
 
 @pytest.mark.skipif(not RowAdaptiveLinear.applies_to(torch.nn.Linear(2, 2)), reason="oneDNN is not in this torch")
@@ -78,7 +85,64 @@ def test_packed_decoder_half_weights_on_a_tiny_llama(tiny: tuple[Any, Any]) -> N
     layers = model.config.num_hidden_layers
     fast, exact = PackedDecoder(model, "float16"), PackedDecoder(model, "float32")
     if HalfWeightLinear.applies_to([model.lm_head]):
-        assert fast.weights == "float16" and fast.half_linears == 7 * layers + 1
-    assert exact.weights == "float32" and exact.half_linears == 0
+        assert fast.weights == "float16" and fast.fused_linears == 7 * layers + 1
+    assert exact.weights == "float32" and exact.fused_linears == 0
     with pytest.raises(BackendError):
         PackedDecoder(model, "int3")  # type: ignore[arg-type]
+
+
+needs_bf16 = pytest.mark.skipif(not BrainFloatLinear.kernel_available(), reason="this CPU has no bf16 dot products")
+
+
+@needs_bf16
+def test_bf16_linears_fuse_their_products_row_by_row_and_follow_weight_updates() -> None:
+    """bf16 copies: close to the float32 modules, each row's result the same at every row count, never stale."""
+    torch.manual_seed(0)
+    parts = [torch.nn.Linear(64, 96, bias=False), torch.nn.Linear(64, 32, bias=True)]
+    fused = BrainFloatLinear(parts)
+    with torch.inference_mode():
+        x = torch.randn(130, 64)
+        whole = fused(x)
+        for out, module in zip(whole, parts, strict=True):
+            torch.testing.assert_close(out, module(x), atol=3e-2, rtol=2e-2)
+        for rows in (1, 3, 8, 57):
+            assert all(torch.equal(part, full[:rows]) for part, full in zip(fused(x[:rows]), whole, strict=True))
+    with torch.no_grad():
+        parts[0].weight.mul_(-3)  # an in-place update
+        parts[1].bias.add_(5)
+    with torch.inference_mode():
+        for out, module in zip(fused(x[:4]), parts, strict=True):
+            torch.testing.assert_close(out, module(x[:4]), atol=1e-1, rtol=2e-2)
+
+
+@needs_bf16
+def test_row_split_products_give_decoding_rows_fp16_and_prompt_rows_bf16() -> None:
+    torch.manual_seed(1)
+    parts = [torch.nn.Linear(48, 80), torch.nn.Linear(48, 16)]
+    split = RowSplitLinear(parts, HalfWeightLinear, BrainFloatLinear)
+    half, brain = HalfWeightLinear(parts), BrainFloatLinear(parts)
+    x = torch.randn(20, 48)
+    with torch.inference_mode():
+        for decode in (0, 3, 20):
+            for out, rows_half, rows_brain in zip(split(x, decode), half(x), brain(x), strict=True):
+                assert torch.equal(out[:decode], rows_half[:decode])
+                assert torch.equal(out[decode:], rows_brain[decode:])
+    same = RowSplitLinear(parts, HalfWeightLinear, HalfWeightLinear)
+    assert same.prefill is None
+    with torch.inference_mode():
+        assert all(torch.equal(a, b) for a, b in zip(same(x, 3), half(x), strict=True))
+
+
+def test_prefill_weights_default_to_bf16_only_beside_low_precision_decoding(tiny: tuple[Any, Any]) -> None:
+    assert default_prefill_weights("float32") == "float32"
+    expected = "bfloat16" if BrainFloatLinear.kernel_available() else "float16"
+    assert default_prefill_weights("float16") == expected
+    model, _ = tiny
+    with pytest.raises(BackendError, match="go together"):
+        PackedDecoder(model, "float16", prefill_weights="float32")
+    with pytest.raises(BackendError, match="prefill weights"):
+        PackedDecoder(model, "float16", prefill_weights="int8")  # type: ignore[arg-type]
+    if BrainFloatLinear.kernel_available():
+        decoder = PackedDecoder(model, "float16", prefill_weights="bfloat16")
+        assert decoder.weights == "float16" and decoder.prefill_weights == "bfloat16"
+        assert PackedDecoder(model, "bfloat16").prefill_weights == "bfloat16"

@@ -13,7 +13,7 @@ import torch
 
 from veriloop.llm.batcher import ContinuousBatcher, SampleSpec
 from veriloop.llm.kv_cache import Chunk, SlotKVCache, StepLayout, lengths_mask
-from veriloop.llm.packed import HalfWeightLinear, PackedDecoder
+from veriloop.llm.packed import BrainFloatLinear, HalfWeightLinear, PackedDecoder
 from veriloop.llm.scripted import ScriptedLayers
 from veriloop.testing import tiny_causal_lm
 
@@ -181,11 +181,22 @@ MIXED = [
 ]
 
 
+PREFILL = [
+    "float16",
+    pytest.param(
+        "bfloat16",
+        marks=pytest.mark.skipif(not BrainFloatLinear.kernel_available(), reason="this CPU has no bf16 dot products"),
+    ),
+]
+
+
+@pytest.mark.parametrize("prefill", PREFILL)
 @pytest.mark.parametrize(("rows", "chunks"), MIXED)
 def test_scripted_prefill_steps_equal_the_python_loop_bit_for_bit(
-    model: Any, rows: list[tuple[int, int]], chunks: list[tuple[int, int, int]]
+    model: Any, rows: list[tuple[int, int]], chunks: list[tuple[int, int, int]], prefill: Any
 ) -> None:
-    scripted, plain = PackedDecoder(model, "float16"), PackedDecoder(model, "float16", script=False)
+    scripted = PackedDecoder(model, "float16", prefill_weights=prefill)
+    plain = PackedDecoder(model, "float16", script=False, prefill_weights=prefill)
     fast_cache, slow_cache = _cache(scripted), _cache(plain)
     layout = _mixed_layout(rows, chunks)
     tokens = int(layout.slots.shape[0])
@@ -198,6 +209,32 @@ def test_scripted_prefill_steps_equal_the_python_loop_bit_for_bit(
     assert all(torch.equal(a, b) for a, b in zip(fast, slow, strict=True))
     for a, b in zip(fast_cache.keys + fast_cache.values, slow_cache.keys + slow_cache.values, strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.skipif(not BrainFloatLinear.kernel_available(), reason="this CPU has no bf16 dot products")
+@pytest.mark.parametrize("script", [True, False])
+def test_decoding_rows_answer_the_same_beside_a_bf16_prompt(model: Any, script: bool) -> None:
+    """Prompt rows multiply in bf16 and decoding rows in fp16: a decoding row's logits and cache writes do not
+    depend on whether a prompt is read in its step, and the prompt's do differ from an all-fp16 step."""
+    split = PackedDecoder(model, "float16", script=script, prefill_weights="bfloat16")
+    half = PackedDecoder(model, "float16", script=script)
+    alone, beside, all_half = (_mixed_layout([(0, 12), (2, 5)], chunks) for chunks in ([], [(1, 0, 7)], [(1, 0, 7)]))
+    outputs = []
+    for decoder, layout in ((split, alone), (split, beside), (half, all_half)):
+        cache = _cache(decoder)
+        tokens = int(layout.slots.shape[0])
+        ids = torch.tensor([(7 * index + 3) % 250 for index in range(tokens)])
+        with torch.inference_mode():
+            logits = decoder.forward(ids, layout, cache, torch.arange(tokens))
+        outputs.append((logits, cache))
+    (alone_logits, alone_cache), (beside_logits, beside_cache), (half_logits, _) = outputs
+    assert torch.equal(alone_logits, beside_logits[:2]) and torch.equal(beside_logits[:2], half_logits[:2])
+    for layer in range(len(split.layers)):
+        for slot in (0, 2):
+            assert torch.equal(alone_cache.keys[layer][slot], beside_cache.keys[layer][slot])
+            assert torch.equal(alone_cache.values[layer][slot], beside_cache.values[layer][slot])
+    assert not torch.equal(beside_logits[2:], half_logits[2:])  # the prompt's rows did go through bf16
+    torch.testing.assert_close(beside_logits[2:], half_logits[2:], atol=0.15, rtol=0.05)
 
 
 def test_another_cache_takes_the_python_loop(model: Any) -> None:

@@ -24,10 +24,12 @@ decode tokens/s, perplexity of each problem's canonical solution after its promp
 teacher forcing through the same cache, and HumanEval pass@1 of the greedy answers (each run through the
 problem's tests in the configured sandbox; `pass_at_1` holds the share, `passed` the tasks that passed).
 
-The batcher runs use `llm.linear_weights` (default float16: fp16 weight copies run by FBGEMM,
-activations float32). `numerics` measures that path against float32 in the same run: tokens/s of
+The batcher runs use `llm.linear_weights` for decoding rows (default float16: fp16 weight copies run
+by FBGEMM, activations float32) and `llm.prefill_weights` for prompt rows (`prefill_weights` in the
+JSON; by default bf16 where the CPU has bf16 dot products). `numerics` measures that path against
+float32 in the same run: tokens/s of
 the batched run with float32 weights, perplexity of the canonical solutions with each, and greedy
-token agreement (the float32 batched run's greedy answers teacher-forced through the float16 path:
+token agreement (the float32 batched run's greedy answers teacher-forced through the low-precision path:
 the share of positions where its own arg-max is float32's token), plus how many whole answers are
 identical. `within_2_percent` says whether perplexity and agreement both stay within 2 %.
 
@@ -71,7 +73,7 @@ from veriloop.llm.embedded import (
     load_model_folder,
     set_torch_threads,
 )
-from veriloop.llm.packed import LinearWeights
+from veriloop.llm.packed import LinearWeights, default_prefill_weights
 from veriloop.llm.replicas import replica_count
 from veriloop.records import Completion, SamplingParams
 
@@ -179,6 +181,8 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
     prompts = humaneval_prompts(tokenizer, args.prompts)
     params = SamplingParams(max_tokens=args.max_tokens, stop=[FENCE])
 
+    prefill = settings.llm.prefill_weights
+
     def fresh_backend(
         slots: int = args.concurrency,
         cache_factory: CacheFactory | None = None,
@@ -194,6 +198,7 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
             cache_factory=cache_factory,
             linear_weights=weights,
             replicas=settings.llm.replicas,
+            prefill_weights=None if weights == "float32" or prefill == "auto" else prefill,
         )
 
     seconds: dict[str, float] = {}
@@ -252,6 +257,7 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
         "replicas": {name: replica_count(llm.replicas, slots, threads=llm.torch_threads) for name, slots in runs},
         "dtype": settings.llm.dtype,
         "linear_weights": settings.llm.linear_weights,
+        "prefill_weights": default_prefill_weights(settings.llm.linear_weights) if prefill == "auto" else prefill,
         "repeat": max(args.repeat, 1),
         "load_average": {"before": load_before, "after": _load_average(), "cpus": os.cpu_count()},
         "tokens_per_s": {name: round(rate, 2) for name, rate in rates.items()},
@@ -347,13 +353,15 @@ def _numerics(
     batched_seconds: float,
     batched_tokens: int,
 ) -> dict[str, Any]:
-    """float16 weight copies against float32 on the live batcher: speed, perplexity, greedy agreement."""
+    """The low-precision products (the runs' weights, fp16 by default, with their prefill weights) against float32
+    on the live batcher: speed, perplexity, greedy agreement."""
+    low: LinearWeights = args.weights_in_runs if args.weights_in_runs != "float32" else "float16"
     contexts, answers = _canonical(tokenizer, len(prompts), args.ppl_tokens)
     ran: dict[LinearWeights, tuple[list[Completion], float, int]] = {}
     perplexity: dict[str, float] = {}
     backends: dict[LinearWeights, EmbeddedBackend] = {}
     try:
-        for weights in ("float32", "float16"):
+        for weights in ("float32", low):
             backend = backends[weights] = fresh_backend(args.concurrency, None, weights)
             if weights == args.weights_in_runs:
                 ran[weights] = (batched, batched_seconds, batched_tokens)
@@ -365,9 +373,9 @@ def _numerics(
                 ran[weights] = (completions, seconds, sum(c.usage.completion_tokens for c in completions))
             perplexity[weights] = round(_perplexity(backend, contexts, answers), 4)
         reference = [completion.token_ids for completion in ran["float32"][0]]
-        ids = [backends["float16"].encode(prompt) for prompt in prompts]
+        ids = [backends[low].encode(prompt) for prompt in prompts]
         futures = [
-            backends["float16"].batcher.submit(context, [SampleSpec(max_tokens=len(answer), forced=tuple(answer))])[0]
+            backends[low].batcher.submit(context, [SampleSpec(max_tokens=len(answer), forced=tuple(answer))])[0]
             for context, answer in zip(ids, reference, strict=True)
             if answer
         ]
@@ -377,10 +385,11 @@ def _numerics(
             backend.close()
     total = sum(len(answer) for answer in reference)
     agreement = agreed / total if total else 1.0
-    same = sum(a.token_ids == b.token_ids for a, b in zip(ran["float32"][0], ran["float16"][0], strict=True))
-    ratio = perplexity["float16"] / perplexity["float32"]
+    same = sum(a.token_ids == b.token_ids for a, b in zip(ran["float32"][0], ran[low][0], strict=True))
+    ratio = perplexity[low] / perplexity["float32"]
     _progress(f"numerics: perplexity {perplexity}, greedy agreement {agreement:.4f}")
     return {
+        "prefill_weights": {weights: backend.batcher.decoder.prefill_weights for weights, backend in backends.items()},
         "tokens_per_s": {weights: round(tokens / seconds, 2) for weights, (_, seconds, tokens) in ran.items()},
         "perplexity": perplexity,
         "perplexity_ratio": round(ratio, 4),

@@ -39,7 +39,7 @@ from veriloop.errors import BackendError, ConfigError
 from veriloop.llm.base import StreamDelta
 from veriloop.llm.batcher import CacheFactory, ContinuousBatcher, RowOutput, SampleSpec, SpeculativePrefill
 from veriloop.llm.kv_cache import KVStore
-from veriloop.llm.packed import LinearWeights, PackedDecoder
+from veriloop.llm.packed import LinearWeights, PackedDecoder, default_prefill_weights
 from veriloop.llm.replicas import BatcherReplicas, replica_count, split_slots
 from veriloop.records import Completion, Message, Prompt, SamplingParams, Usage
 
@@ -389,6 +389,7 @@ class EmbeddedBackend:
         linear_weights: LinearWeights = "float32",
         replicas: int = 1,
         script_decode: bool = True,
+        prefill_weights: LinearWeights | None = None,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -399,7 +400,8 @@ class EmbeddedBackend:
         self.batcher: ContinuousBatcher | BatcherReplicas
         """One batcher, or (`replicas` > 1) several sharing the model, one per core (`veriloop.llm.replicas`)."""
         count = replica_count(replicas, max_batch_size, threads=torch_threads)
-        decoder = PackedDecoder(model, linear_weights, script=script_decode)
+        prefill = default_prefill_weights(linear_weights) if prefill_weights is None else prefill_weights
+        decoder = PackedDecoder(model, linear_weights, script=script_decode, prefill_weights=prefill)
         batchers: list[ContinuousBatcher] = []
         for index, slots in enumerate(split_slots(max_batch_size, count)):
             batchers.append(
@@ -433,6 +435,7 @@ class EmbeddedBackend:
             linear_weights=settings.llm.linear_weights,
             replicas=settings.llm.replicas,
             script_decode=settings.llm.script_decode,
+            prefill_weights=None if settings.llm.prefill_weights == "auto" else settings.llm.prefill_weights,
         )
         backend.kernels = kernels
         return backend

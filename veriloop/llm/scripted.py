@@ -1,7 +1,7 @@
 """A step's decoder layers as one TorchScript call: the same operations, without the GIL.
 
 A step of the embedded model is about 1,500 tensor operations (norms, rotary embedding, cache
-writes, attention, the fp16 products), most of them tiny in a decode step. Called from Python,
+writes, attention, the low-precision products), most of them tiny in a decode step. Called from Python,
 each one takes the GIL for its argument parsing, so batcher replicas (threads, one per core)
 queue for it: two replicas stepping together took twice as long per step as one alone (measured:
 1 row, 22 ms alone, 42 ms each as two threads). Scripted, the layer loop runs in TorchScript's
@@ -9,7 +9,8 @@ interpreter, which does not hold the GIL while it runs the graph and parses no P
 replicas step in parallel (21 ms each) and each operation costs less (17.7 ms alone).
 
 `ScriptedLayers` covers the steps the batcher runs over a `SlotKVCache` (decoding rows, prefill
-chunks, or both) when every projection is an fp16 `HalfWeightLinear` and the MLP is SiLU-gated. It
+chunks, or both) when every projection is a fused product (`FusedLinear`: fp16 or bf16 weight copies)
+and the MLP is SiLU-gated. It
 runs the Python path's operations in the same order, attention through the very functions
 `SlotKVCache` calls (`slot_decode_attention`, `slot_chunk_attention`), with no fusion (TorchScript's
 fusers are off on the CPU), so its logits and cache writes equal the Python path's bit for bit; the
@@ -47,14 +48,16 @@ def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
 class _Layer(torch.nn.Module):
     """One decoder layer of a step; the packed forward's loop body over a `SlotKVCache`."""
 
-    def __init__(self, layer: Any, packed: list[Any], kv_heads: int, group: int, head_dim: int, scale: float) -> None:
+    def __init__(
+        self, layer: Any, products: list[torch.nn.Module], kv_heads: int, group: int, head_dim: int, scale: float
+    ) -> None:
         super().__init__()
         attn = layer.self_attn
         self.input_norm = layer.input_layernorm.weight.detach()  # the norms' own storage: updates in place show
         self.post_norm = layer.post_attention_layernorm.weight.detach()
         self.input_eps = float(layer.input_layernorm.variance_epsilon)
         self.post_eps = float(layer.post_attention_layernorm.variance_epsilon)
-        self.qkv, self.o, self.gate_up, self.down = packed
+        self.qkv, self.o, self.gate_up, self.down = products  # each (x (n, in), decoding rows) -> float32 (n, out)
         self.q_size = int(attn.q_proj.out_features)
         self.kv_size = int(attn.k_proj.out_features)
         self.intermediate = int(layer.mlp.gate_proj.out_features)
@@ -81,7 +84,7 @@ class _Layer(torch.nn.Module):
     ) -> torch.Tensor:
         n = x.shape[0]
         h = _rms_norm(x, self.input_norm, self.input_eps)
-        qkv = torch.ops.quantized.linear_dynamic_fp16(h.contiguous(), self.qkv)
+        qkv = self.qkv(h, decode)
         q, keys, values = torch.split(qkv, [self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.reshape(n, self.kv_heads, self.group, self.head_dim)
         keys = keys.reshape(n, self.kv_heads, self.head_dim)
@@ -104,12 +107,12 @@ class _Layer(torch.nn.Module):
                 out[offset : offset + count] = slot_chunk_attention(
                     q[offset : offset + count], keys_buffer, values_buffer, slot, start, count, self.scale
                 )
-        attended = torch.ops.quantized.linear_dynamic_fp16(out.reshape(n, -1).contiguous(), self.o)
+        attended = self.o(out.reshape(n, -1), decode)
         x = x + attended
         h = _rms_norm(x, self.post_norm, self.post_eps)
-        gate_up = torch.ops.quantized.linear_dynamic_fp16(h.contiguous(), self.gate_up)
+        gate_up = self.gate_up(h, decode)
         gate, up = torch.split(gate_up, [self.intermediate, self.intermediate], dim=-1)
-        mlp: torch.Tensor = torch.ops.quantized.linear_dynamic_fp16((F.silu(gate) * up).contiguous(), self.down)
+        mlp: torch.Tensor = self.down(F.silu(gate) * up, decode)
         return x + mlp
 
 
@@ -173,7 +176,7 @@ class ScriptedLayers:
         self._stack: Any = None
         self._watched: list[tuple[dict[str, Any], str]] = []
         for layer, linears in zip(decoder.layers, decoder.linears, strict=True):
-            modules = [module for part in linears.half_parts() for module in part.modules]
+            modules = [module for part in linears.fused_parts() for module in part.modules]
             for module in [*modules, layer.input_layernorm, layer.post_attention_layernorm]:
                 parameters = module._parameters
                 self._watched += [(parameters, name) for name in ("weight", "bias") if name in parameters]
@@ -195,9 +198,9 @@ class ScriptedLayers:
 
     @staticmethod
     def applies_to(decoder: Any) -> bool:
-        """Whether every layer has fp16 fused products, a SiLU-gated MLP and RMS norms (what `_Layer` runs)."""
+        """Whether every layer has fused products, a SiLU-gated MLP and RMS norms (what `_Layer` runs)."""
         return all(
-            linears.half_parts() is not None
+            linears.fused_parts() is not None
             and _silu(getattr(layer.mlp, "act_fn", None))
             and _rms(layer.input_layernorm)
             and _rms(layer.post_attention_layernorm)
@@ -216,10 +219,11 @@ class ScriptedLayers:
         if self._stack is not None and self._unchanged():
             return self._stack
         decoder = self.decoder
-        packed = [[part.packed() for part in linears.half_parts()] for linears in decoder.linears]  # repacks if stale
+        # product() repacks a part whose weights changed
+        products = [[part.product() for part in linears.fused_parts()] for linears in decoder.linears]
         layers = [
             _Layer(layer, parts, decoder.kv_heads, decoder.group, decoder.head_dim, decoder.scale)
-            for layer, parts in zip(decoder.layers, packed, strict=True)
+            for layer, parts in zip(decoder.layers, products, strict=True)
         ]
         with warnings.catch_warnings():
             # Deprecated in favour of torch.compile/export, neither of which runs a step without the GIL
