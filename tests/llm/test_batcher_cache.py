@@ -14,7 +14,7 @@ from veriloop.kernels.commvq import attach_commvq_, collect_kv, fit_commvq
 from veriloop.llm.batcher import ContinuousBatcher, SampleSpec, SpeculativePrefill
 from veriloop.llm.commvq_cache import CommVQSlotCache
 from veriloop.llm.embedded import commvq_cache_factory
-from veriloop.llm.kv_cache import SlotKVCache
+from veriloop.llm.kv_cache import QUERY_BLOCK, SlotKVCache, causal_chunk_mask, slot_chunk_attention
 
 PROMPTS = ["def add(a, b):", "hello there", "x" * 40, "The quick brown fox jumps"]
 
@@ -370,5 +370,53 @@ def test_greedy_matches_sequential_as_rows_of_different_lengths_join_and_leave(t
         assert batcher.stats.prefill_tokens == len(first_ids) + sum(len(ids) for ids, _ in jobs)  # n=2: one prefill
         cache = batcher.cache
         assert isinstance(cache, SlotKVCache) and cache.grows == 1
+    finally:
+        batcher.close()
+
+
+@pytest.mark.parametrize("length", [110, 200, 333])
+def test_a_prompts_attention_is_the_same_however_its_chunks_were_cut(length: int) -> None:
+    """The embedded model's shapes (3 key heads, 3 queries each, 64 wide): chunks that start on an attention block
+    (the batcher's budget, a reused prefix) give each position the bits one whole-prompt chunk gives it."""
+    generator = torch.Generator().manual_seed(length)
+    q = torch.randn(length, 3, 3, 64, generator=generator)
+    keys, values = (torch.randn(2, 3, length + 40, 64, generator=generator) for _ in range(2))
+    whole = slot_chunk_attention(q, keys, values, 1, 0, length, 0.125)
+    reference = torch.nn.functional.scaled_dot_product_attention(
+        q.permute(1, 2, 0, 3).reshape(1, 3, 3 * length, 64),
+        keys[1:, :, :length],
+        values[1:, :, :length],
+        attn_mask=causal_chunk_mask(0, length, 3, q.device),
+        scale=0.125,
+    )
+    torch.testing.assert_close(whole, reference.view(3, 3, length, 64).permute(2, 0, 1, 3))
+    for cut in range(QUERY_BLOCK, length, QUERY_BLOCK):
+        for end in (min(cut + 64, length), length):
+            part = slot_chunk_attention(q[cut:end], keys, values, 1, cut, end - cut, 0.125)
+            assert torch.equal(part, whole[cut:end]), (cut, end)
+
+
+def test_chunks_end_on_attention_blocks_and_prefixes_are_reused_in_whole_blocks(tiny: tuple[Any, Any]) -> None:
+    model, tokenizer = tiny
+    batcher = ContinuousBatcher(model, tokenizer, max_batch_size=2, eos_token_ids=[], prefill_chunk=40)
+    starts: list[tuple[int, int]] = []
+    forward = batcher.decoder.forward
+
+    def spy(input_ids: torch.Tensor, layout: Any, cache: Any, logit_index: torch.Tensor) -> torch.Tensor:
+        starts.extend((chunk.start, chunk.count) for chunk in layout.chunks)
+        return forward(input_ids, layout, cache, logit_index)
+
+    batcher.decoder.forward = spy  # type: ignore[method-assign]
+    try:
+        prefix = list(torch.randint(3, 259, (45,), generator=torch.Generator().manual_seed(4)).tolist())
+        running = batcher.submit(encode(tokenizer, "running"), [SampleSpec(max_tokens=80)])[0]
+        first = batcher.submit(prefix + [7] * 70, [SampleSpec(max_tokens=2)])[0].result(timeout=120)
+        second = batcher.submit(prefix + [9] * 30, [SampleSpec(max_tokens=2)])[0].result(timeout=120)
+        running.result(timeout=120)
+        assert batcher.prefix_hits == 32  # 45 shared tokens, reused up to the last whole block
+        assert first.token_ids == reference_greedy(model, prefix + [7] * 70, 2)
+        assert second.token_ids == reference_greedy(model, prefix + [9] * 30, 2)
+        long_chunks = [(start, count) for start, count in starts if count > 8]
+        assert long_chunks and all(start % QUERY_BLOCK == 0 for start, _ in long_chunks)
     finally:
         batcher.close()

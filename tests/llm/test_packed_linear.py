@@ -116,6 +116,20 @@ def test_bf16_linears_fuse_their_products_row_by_row_and_follow_weight_updates()
 
 
 @needs_bf16
+def test_a_lone_bf16_row_gets_what_it_gets_among_others() -> None:
+    """oneDNN's one-row kernel sums a long row in another order; a lone prompt token must not answer differently."""
+    torch.manual_seed(2)
+    fused = BrainFloatLinear([torch.nn.Linear(1536, 576, bias=False)])
+    x = torch.randn(64, 1536)
+    with torch.inference_mode():
+        (whole,) = fused(x)
+        for row in range(64):
+            for rows in (1, 2, 3):
+                if row + rows <= 64:
+                    assert torch.equal(fused(x[row : row + rows])[0], whole[row : row + rows]), (row, rows)
+
+
+@needs_bf16
 def test_row_split_products_give_decoding_rows_fp16_and_prompt_rows_bf16() -> None:
     torch.manual_seed(1)
     parts = [torch.nn.Linear(48, 80), torch.nn.Linear(48, 16)]

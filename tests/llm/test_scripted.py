@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from veriloop.llm.batcher import ContinuousBatcher, SampleSpec
-from veriloop.llm.kv_cache import Chunk, SlotKVCache, StepLayout, lengths_mask
+from veriloop.llm.kv_cache import QUERY_BLOCK, Chunk, SlotKVCache, StepLayout, lengths_mask
 from veriloop.llm.packed import BrainFloatLinear, HalfWeightLinear, PackedDecoder
 from veriloop.llm.scripted import ScriptedLayers
 from veriloop.testing import tiny_causal_lm
@@ -235,6 +235,27 @@ def test_decoding_rows_answer_the_same_beside_a_bf16_prompt(model: Any, script: 
             assert torch.equal(alone_cache.values[layer][slot], beside_cache.values[layer][slot])
     assert not torch.equal(beside_logits[2:], half_logits[2:])  # the prompt's rows did go through bf16
     torch.testing.assert_close(beside_logits[2:], half_logits[2:], atol=0.15, rtol=0.05)
+
+
+@pytest.mark.parametrize("prefill", PREFILL)
+@pytest.mark.parametrize("script", [True, False])
+def test_a_prompt_prefills_the_same_in_any_block_aligned_chunks(model: Any, prefill: Any, script: bool) -> None:
+    """One chunk, or chunks ending on attention blocks (a reused prefix, a step's budget): the same cache and logits."""
+    decoder = PackedDecoder(model, "float16", script=script, prefill_weights=prefill)
+    ids = torch.tensor([(11 * index + 5) % 250 for index in range(45)])
+    results = []
+    for cuts in ([45], [QUERY_BLOCK, 45], [2 * QUERY_BLOCK, 45], [QUERY_BLOCK, 2 * QUERY_BLOCK, 45]):
+        cache = _cache(decoder, slots=2, columns=48)
+        start = 0
+        with torch.inference_mode():
+            for end in cuts:
+                layout = _mixed_layout([], [(1, start, end - start)])
+                logits = decoder.forward(ids[start:end], layout, cache, torch.tensor([end - start - 1]))
+                start = end
+        results.append((logits, [buffer[1, :, :45].clone() for buffer in cache.keys + cache.values]))
+    for logits, buffers in results[1:]:
+        assert torch.equal(logits, results[0][0])
+        assert all(torch.equal(a, b) for a, b in zip(buffers, results[0][1], strict=True))
 
 
 def test_another_cache_takes_the_python_loop(model: Any) -> None:

@@ -58,6 +58,7 @@ import torch
 from veriloop.errors import BackendError, ConfigError
 from veriloop.llm.constraints import ConstraintEngine, RowMatcher, mask_rows
 from veriloop.llm.kv_cache import (
+    QUERY_BLOCK,
     Chunk,
     KVStore,
     SlotKVCache,
@@ -643,6 +644,9 @@ class ContinuousBatcher:
             if budget <= 0:
                 break
             count = min(budget, group.width - group.done)
+            aligned = count - (group.done + count) % QUERY_BLOCK  # end on an attention block (`slot_chunk_attention`)
+            if group.done + count < group.width and aligned > 0:
+                count = aligned
             chunks.append((group, count))
             budget -= count
             if group.done + count == group.width:
@@ -756,6 +760,7 @@ class ContinuousBatcher:
                 shared += 1
             if shared > best:
                 best, best_key = shared, tokens
+        best -= best % QUERY_BLOCK  # resume on an attention block, as an unbroken prefill would run it
         if best_key is None or best < _MIN_PREFIX_REUSE:
             return 0, []
         self._prefixes.move_to_end(best_key)

@@ -144,18 +144,45 @@ def slot_decode_attention(
     return out
 
 
+QUERY_BLOCK = 16
+"""Prompt positions whose queries go to one attention call: blocks start at multiples of this, whatever chunk
+they arrive in, so a prompt's attention comes out the same however it was split (see `slot_chunk_attention`)."""
+
+
 def slot_chunk_attention(
-    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, slot: int, start: int, count: int, scale: float
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    slot: int,
+    start: int,
+    count: int,
+    scale: float,
+    block: int = QUERY_BLOCK,  # an argument: TorchScript reads no globals
 ) -> torch.Tensor:
-    """A row's prefill chunk over one layer's slot buffers, causal: q (count, kv_heads, group, d) -> the same."""
-    end = start + count
+    """A row's prefill chunk over one layer's slot buffers, causal: q (count, kv_heads, group, d) -> the same.
+
+    The queries go in blocks of the positions [k·QUERY_BLOCK, (k+1)·QUERY_BLOCK), each over the columns up
+    to its end: the attention kernel's sums depend on how many queries it gets, so this way a position's
+    result does not depend on where the chunk began (a reused prefix, the batcher's chunk budget). With
+    chunks that start at block boundaries (the batcher's) every block is the same call every time; with
+    bf16 products, whose rounding turns a last-bit difference into a larger one, that keeps greedy answers
+    the same at every concurrency.
+    """
     heads, group, dim = q.shape[1], q.shape[2], q.shape[3]
-    queries = q.permute(1, 2, 0, 3).reshape(1, heads, group * count, dim)
-    cached_keys = keys[slot : slot + 1, :, :end]
-    cached_values = values[slot : slot + 1, :, :end]
-    mask = causal_chunk_mask(start, count, group, q.device)
-    out = F.scaled_dot_product_attention(queries, cached_keys, cached_values, attn_mask=mask, scale=scale)
-    return out.view(heads, group, count, dim).permute(2, 0, 1, 3)
+    out = torch.empty_like(q)
+    end = start + count
+    first = start
+    while first < end:
+        last = min((first // block + 1) * block, end)
+        size = last - first
+        queries = q[first - start : last - start].permute(1, 2, 0, 3).reshape(1, heads, group * size, dim)
+        mask = causal_chunk_mask(first, size, group, q.device)
+        attended = F.scaled_dot_product_attention(
+            queries, keys[slot : slot + 1, :, :last], values[slot : slot + 1, :, :last], attn_mask=mask, scale=scale
+        )
+        out[first - start : last - start] = attended.view(heads, group, size, dim).permute(2, 0, 1, 3)
+        first = last
+    return out
 
 
 class SlotKVCache:
