@@ -21,7 +21,10 @@ FBGEMM (`HalfWeightLinear`; activations and accumulation stay float32). MKL's fl
 run far below the core's peak here at 1 to 16 rows, while FBGEMM's fp16-weight kernel halves the
 bytes read and keeps its small-batch kernels busy: measured here, 576x3072 at 8 rows 1.7 ms ->
 0.42 ms, the 49k-row output projection at 8 rows 61 ms -> 17 ms. The rounding of the weights to
-fp16 (relative error about 2e-4) is what `veriloop bench llm` measures under `numerics`.
+fp16 (relative error about 2e-4) is what `veriloop bench llm` measures under `numerics`. Prompt rows
+may take bf16 copies instead (`prefill_weights`, `BrainFloatLinear`): with a hundred rows and more,
+bf16 dot products run twice as fast as FBGEMM's fp16 kernel. Each step's products are split by row
+kind (`RowSplitLinear`), so a decoding row's result never depends on a prompt read beside it.
 
 Supported: Llama-style decoders (`llama`, `mistral` without a sliding window, `qwen2` without a
 sliding window), including layers replaced by quantized or LoRA modules, since modules are called,
