@@ -21,6 +21,16 @@ if ! PYTHON=$(find_python); then
   PYTHON=$(find_python)
 fi
 
+# A C++ compiler and ninja build the CPU decode-attention kernel (veriloop/kernels/cpu_attention.py) once per
+# machine; without them the backend keeps PyTorch's attention kernel, so failing to install them is not fatal.
+if ! command -v g++ >/dev/null 2>&1 || ! command -v ninja >/dev/null 2>&1; then
+  echo "setup: installing g++ and ninja from Debian (for the CPU attention kernel)" >&2
+  { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ ninja-build >/dev/null 2>&1 ||
+    { DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 &&
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ ninja-build >/dev/null 2>&1; }; } ||
+    echo "setup: could not install g++ and ninja; decode attention stays on PyTorch's kernel" >&2
+fi
+
 stamp=.venv/.veriloop-installed
 if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ] && [ -x .venv/bin/veriloop ]; then
   exit 0

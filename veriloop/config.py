@@ -94,6 +94,11 @@ class LLMSettings(Section):
         "linear_weights is low-precision and the CPU has bf16 dot products, else linear_weights; float32 goes with "
         "float32 linear_weights only.",
     )
+    cpu_attention_kernel: bool = Field(
+        True,
+        description="Decoding rows attend through a C++ loop compiled once per machine (about 40 s; twice as fast as "
+        "PyTorch's CPU kernel at a few rows); false, or where no C++ compiler works: PyTorch's kernel.",
+    )
     script_decode: bool = Field(
         True,
         description="Run the decoder layers of each batcher step as one TorchScript call (same results, no GIL, so "

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import torch
 
+from veriloop.kernels import cpu_attention
 from veriloop.llm.batcher import ContinuousBatcher, SampleSpec
 from veriloop.llm.kv_cache import QUERY_BLOCK, Chunk, SlotKVCache, StepLayout, lengths_mask
 from veriloop.llm.packed import BrainFloatLinear, HalfWeightLinear, PackedDecoder
@@ -81,12 +82,15 @@ LAYOUTS = [
 ]
 
 
+@pytest.mark.parametrize("kernel", [True, False])
 @pytest.mark.parametrize(("slots", "lengths", "used"), LAYOUTS)
 def test_scripted_steps_equal_the_python_loop_bit_for_bit(
-    model: Any, slots: list[int], lengths: list[int], used: int
+    model: Any, slots: list[int], lengths: list[int], used: int, kernel: bool
 ) -> None:
-    scripted, plain = PackedDecoder(model, "float16"), PackedDecoder(model, "float16", script=False)
+    scripted = PackedDecoder(model, "float16", attention_kernel=kernel)
+    plain = PackedDecoder(model, "float16", script=False, attention_kernel=kernel)
     assert scripted.scripted is not None and plain.scripted is None
+    assert scripted.attention_kernel == plain.attention_kernel == (kernel and cpu_attention.load())
     fast_cache, slow_cache = _cache(scripted), _cache(plain)
     fast, slow = _steps(scripted, fast_cache, slots, lengths, used), _steps(plain, slow_cache, slots, lengths, used)
     assert scripted.scripted_steps == 5 and plain.scripted_steps == 0
@@ -256,6 +260,23 @@ def test_a_prompt_prefills_the_same_in_any_block_aligned_chunks(model: Any, pref
     for logits, buffers in results[1:]:
         assert torch.equal(logits, results[0][0])
         assert all(torch.equal(a, b) for a, b in zip(buffers, results[0][1], strict=True))
+
+
+@pytest.mark.skipif(not cpu_attention.load(), reason="no working C++ compiler for torch extensions here")
+def test_the_attention_kernel_decodes_as_pytorchs_attention(model: Any) -> None:
+    """The C++ decode attention against PyTorch's, through whole steps (rows out of slot order, a prompt beside)."""
+    fast, sdpa = PackedDecoder(model, "float16"), PackedDecoder(model, "float16", attention_kernel=False)
+    assert fast.attention_kernel and not sdpa.attention_kernel
+    for slots, lengths, used in LAYOUTS:
+        kernel_steps = _steps(fast, _cache(fast), slots, lengths, used)
+        for a, b in zip(kernel_steps, _steps(sdpa, _cache(sdpa), slots, lengths, used), strict=True):
+            torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+    layout = _mixed_layout([(0, 12), (2, 5)], [(1, 0, 7)])
+    ids = torch.tensor([(7 * index + 3) % 250 for index in range(9)])
+    with torch.inference_mode():
+        a = fast.forward(ids, layout, _cache(fast), torch.arange(9))
+        b = sdpa.forward(ids, layout, _cache(sdpa), torch.arange(9))
+    torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
 
 
 def test_another_cache_takes_the_python_loop(model: Any) -> None:

@@ -390,6 +390,7 @@ class EmbeddedBackend:
         replicas: int = 1,
         script_decode: bool = True,
         prefill_weights: LinearWeights | None = None,
+        attention_kernel: bool = True,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -401,7 +402,9 @@ class EmbeddedBackend:
         """One batcher, or (`replicas` > 1) several sharing the model, one per core (`veriloop.llm.replicas`)."""
         count = replica_count(replicas, max_batch_size, threads=torch_threads)
         prefill = default_prefill_weights(linear_weights) if prefill_weights is None else prefill_weights
-        decoder = PackedDecoder(model, linear_weights, script=script_decode, prefill_weights=prefill)
+        decoder = PackedDecoder(
+            model, linear_weights, script=script_decode, prefill_weights=prefill, attention_kernel=attention_kernel
+        )
         batchers: list[ContinuousBatcher] = []
         for index, slots in enumerate(split_slots(max_batch_size, count)):
             batchers.append(
@@ -436,6 +439,7 @@ class EmbeddedBackend:
             replicas=settings.llm.replicas,
             script_decode=settings.llm.script_decode,
             prefill_weights=None if settings.llm.prefill_weights == "auto" else settings.llm.prefill_weights,
+            attention_kernel=settings.llm.cpu_attention_kernel,
         )
         backend.kernels = kernels
         return backend

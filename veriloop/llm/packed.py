@@ -39,6 +39,7 @@ from typing import Any, Literal
 import torch
 
 from veriloop.errors import BackendError
+from veriloop.kernels import cpu_attention
 from veriloop.llm.kv_cache import KVStore, SlotKVCache, StepLayout, decode_mask
 from veriloop.llm.scripted import ScriptedLayers, rotate_half
 
@@ -397,6 +398,7 @@ class PackedDecoder:
         weights: LinearWeights = "float32",
         script: bool = True,
         prefill_weights: LinearWeights | None = None,
+        attention_kernel: bool = True,
     ) -> None:
         prefill_weights = weights if prefill_weights is None else prefill_weights
         for name, value in (("linear weights", weights), ("prefill weights", prefill_weights)):
@@ -447,6 +449,10 @@ class PackedDecoder:
         self.scale = float(getattr(self.layers[0].self_attn, "scaling", self.head_dim**-0.5))
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
+        self.attention_kernel = (
+            attention_kernel and self.device.type == "cpu" and self.dtype == torch.float32 and cpu_attention.load()
+        )
+        """Decoding rows over a `SlotKVCache` attend through `veriloop.kernels.cpu_attention` (else PyTorch's SDPA)."""
         self.scripted = ScriptedLayers.build(self) if script else None
         """Steps over a `SlotKVCache` run their layers here (see `scripted`), when it applies."""
         self.scripted_steps = 0
@@ -477,13 +483,16 @@ class PackedDecoder:
         def rope_keys(keys: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
             return keys * k_cos + rotate_half(keys) * k_sin  # the step's own positions, already computed
 
-        if self.scripted is not None and type(cache) is SlotKVCache:
-            decoding = layout.decode > 0
+        slot_cache = cache if type(cache) is SlotKVCache else None  # exactly this class: not CommVQ's
+        decoding = layout.decode > 0
+        kernel = self.attention_kernel and slot_cache is not None and decoding
+        row_lengths = layout.decode_lengths[layout.decode_slots] if kernel else layout.decode_slots
+        if self.scripted is not None and slot_cache is not None:
             x = self.scripted.current()(
-                x, q_cos, q_sin, k_cos, k_sin, cache.keys, cache.values,
+                x, q_cos, q_sin, k_cos, k_sin, slot_cache.keys, slot_cache.values,
                 layout.slots, layout.columns,
-                decode_mask(layout, self.device) if decoding else layout.columns,  # (unread without decoding rows)
-                layout.decode_slots, layout.slots_used,
+                decode_mask(layout, self.device) if decoding and not kernel else layout.columns,  # read by SDPA only
+                layout.decode_slots, row_lengths, layout.slots_used,
                 (layout.longest or int(layout.decode_lengths.max())) if decoding else 0,
                 layout.in_order, layout.decode,
                 [(chunk.slot, chunk.start, chunk.count, chunk.offset) for chunk in layout.chunks],
@@ -499,12 +508,21 @@ class PackedDecoder:
             values = values.reshape(n, self.kv_heads, self.head_dim)
             q = q * q_cos + rotate_half(q) * q_sin
             cache.write(index, layout, keys, values, rope_keys)
+
+            def attend(queries: torch.Tensor, index: int = index) -> torch.Tensor:
+                if kernel and slot_cache is not None:
+                    return cpu_attention.decode_attention(
+                        queries, slot_cache.keys[index], slot_cache.values[index], layout.decode_slots, row_lengths,
+                        self.scale,
+                    )  # fmt: skip
+                return cache.decode_attention(index, layout, queries, self.scale)
+
             if layout.decode == n:
-                out = cache.decode_attention(index, layout, q, self.scale)
+                out = attend(q)
             else:
                 out = torch.empty_like(q)
                 if layout.decode:
-                    out[: layout.decode] = cache.decode_attention(index, layout, q[: layout.decode], self.scale)
+                    out[: layout.decode] = attend(q[: layout.decode])
                 for chunk in layout.chunks:
                     part = slice(chunk.offset, chunk.offset + chunk.count)
                     out[part] = cache.chunk_attention(index, chunk, q[part], self.scale)

@@ -45,11 +45,65 @@ def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
     return weight * hidden.to(dtype)
 
 
+class SdpaDecodeAttention(torch.nn.Module):
+    """Decoding rows' attention by PyTorch's kernel over the slots' buffers, masked to each row's columns."""
+
+    def __init__(self, scale: float) -> None:
+        super().__init__()
+        self.scale = scale
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        mask: torch.Tensor,
+        decode_slots: torch.Tensor,
+        row_lengths: torch.Tensor,
+        used: int,
+        longest: int,
+        in_order: bool,
+    ) -> torch.Tensor:
+        return slot_decode_attention(q, keys, values, mask, decode_slots, used, longest, in_order, self.scale)
+
+
+class KernelDecodeAttention(torch.nn.Module):
+    """Decoding rows' attention by the C++ loop (`veriloop.kernels.cpu_attention`), over each row's own columns."""
+
+    def __init__(self, scale: float) -> None:
+        super().__init__()
+        self.scale = scale
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        mask: torch.Tensor,
+        decode_slots: torch.Tensor,
+        row_lengths: torch.Tensor,
+        used: int,
+        longest: int,
+        in_order: bool,
+    ) -> torch.Tensor:
+        out: torch.Tensor = torch.ops.veriloop_cpu.decode_attention(
+            q, keys, values, decode_slots, row_lengths, self.scale
+        )
+        return out
+
+
 class _Layer(torch.nn.Module):
     """One decoder layer of a step; the packed forward's loop body over a `SlotKVCache`."""
 
     def __init__(
-        self, layer: Any, products: list[torch.nn.Module], kv_heads: int, group: int, head_dim: int, scale: float
+        self,
+        layer: Any,
+        products: list[torch.nn.Module],
+        attend: torch.nn.Module,
+        kv_heads: int,
+        group: int,
+        head_dim: int,
+        scale: float,
     ) -> None:
         super().__init__()
         attn = layer.self_attn
@@ -58,6 +112,7 @@ class _Layer(torch.nn.Module):
         self.input_eps = float(layer.input_layernorm.variance_epsilon)
         self.post_eps = float(layer.post_attention_layernorm.variance_epsilon)
         self.qkv, self.o, self.gate_up, self.down = products  # each (x (n, in), decoding rows) -> float32 (n, out)
+        self.attend = attend  # the decoding rows' attention
         self.q_size = int(attn.q_proj.out_features)
         self.kv_size = int(attn.k_proj.out_features)
         self.intermediate = int(layer.mlp.gate_proj.out_features)
@@ -76,6 +131,7 @@ class _Layer(torch.nn.Module):
         columns: torch.Tensor,
         mask: torch.Tensor,
         decode_slots: torch.Tensor,
+        row_lengths: torch.Tensor,
         used: int,
         longest: int,
         in_order: bool,
@@ -94,14 +150,12 @@ class _Layer(torch.nn.Module):
         keys_buffer[slots, :, columns] = rotated.to(keys_buffer.dtype)
         values_buffer[slots, :, columns] = values.to(values_buffer.dtype)
         if decode == n:
-            out = slot_decode_attention(
-                q, keys_buffer, values_buffer, mask, decode_slots, used, longest, in_order, self.scale
-            )
+            out = self.attend(q, keys_buffer, values_buffer, mask, decode_slots, row_lengths, used, longest, in_order)
         else:
             out = torch.empty_like(q)
             if decode > 0:
-                out[:decode] = slot_decode_attention(
-                    q[:decode], keys_buffer, values_buffer, mask, decode_slots, used, longest, in_order, self.scale
+                out[:decode] = self.attend(
+                    q[:decode], keys_buffer, values_buffer, mask, decode_slots, row_lengths, used, longest, in_order
                 )
             for slot, start, count, offset in chunks:
                 out[offset : offset + count] = slot_chunk_attention(
@@ -134,6 +188,7 @@ class _Stack(torch.nn.Module):
         columns: torch.Tensor,
         mask: torch.Tensor,
         decode_slots: torch.Tensor,
+        row_lengths: torch.Tensor,
         used: int,
         longest: int,
         in_order: bool,
@@ -144,7 +199,7 @@ class _Stack(torch.nn.Module):
         for layer in self.layers:
             x = layer(
                 x, q_cos, q_sin, k_cos, k_sin, keys[index], values[index],
-                slots, columns, mask, decode_slots, used, longest, in_order, decode, chunks,
+                slots, columns, mask, decode_slots, row_lengths, used, longest, in_order, decode, chunks,
             )  # fmt: skip
             index += 1  # noqa: SIM113
         return x
@@ -221,8 +276,11 @@ class ScriptedLayers:
         decoder = self.decoder
         # product() repacks a part whose weights changed
         products = [[part.product() for part in linears.fused_parts()] for linears in decoder.linears]
+        attention = KernelDecodeAttention if decoder.attention_kernel else SdpaDecodeAttention
         layers = [
-            _Layer(layer, parts, decoder.kv_heads, decoder.group, decoder.head_dim, decoder.scale)
+            _Layer(
+                layer, parts, attention(decoder.scale), decoder.kv_heads, decoder.group, decoder.head_dim, decoder.scale
+            )
             for layer, parts in zip(decoder.layers, products, strict=True)
         ]
         with warnings.catch_warnings():

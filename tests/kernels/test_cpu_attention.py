@@ -1,0 +1,98 @@
+"""The C++ decode-attention loop (`veriloop.kernels.cpu_attention`), built for real on this machine: PyTorch's
+attention to float rounding, each row the same bits alone or among others, bad input refused, and a clean
+fall-back where it cannot be built."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from veriloop.kernels import cpu_attention
+
+pytestmark = pytest.mark.skipif(not cpu_attention.load(), reason="no working C++ compiler for torch extensions here")
+
+
+def _buffers(slots: int, heads: int, capacity: int, dim: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return (torch.randn(slots, heads, capacity, dim, generator=generator) for _ in range(2))  # type: ignore[return-value]
+
+
+def _reference(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, slots: list[int], lengths: list[int]) -> Any:
+    rows = []
+    for row, (slot, length) in enumerate(zip(slots, lengths, strict=True)):
+        rows.append(
+            F.scaled_dot_product_attention(
+                q[row : row + 1], keys[slot : slot + 1, :, :length], values[slot : slot + 1, :, :length], scale=0.3
+            )
+        )
+    return torch.cat(rows)
+
+
+@pytest.mark.parametrize(
+    ("heads", "group", "dim", "slots", "lengths"),
+    [
+        (3, 3, 64, [0], [1]),  # a row's first token: one column
+        (3, 3, 64, [2, 0, 5], [300, 17, 64]),  # the embedded model's shapes, rows out of slot order
+        (2, 4, 40, [1, 3], [33, 90]),  # a width that is no multiple of the loop's 16 lanes
+        (1, 1, 8, [0, 1, 2, 3], [5, 6, 7, 8]),
+    ],
+)
+def test_rows_attend_over_their_own_columns_as_pytorch_does(
+    heads: int, group: int, dim: int, slots: list[int], lengths: list[int]
+) -> None:
+    keys, values = _buffers(6, heads, 320, dim, seed=len(slots))
+    q = torch.randn(len(slots), heads, group, dim, generator=torch.Generator().manual_seed(9))
+    out = cpu_attention.decode_attention(q, keys, values, torch.tensor(slots), torch.tensor(lengths), 0.3)
+    torch.testing.assert_close(out, _reference(q, keys, values, slots, lengths), atol=2e-6, rtol=1e-5)
+
+
+def test_a_rows_result_does_not_depend_on_the_other_rows() -> None:
+    keys, values = _buffers(8, 3, 200, 64, seed=1)
+    q = torch.randn(8, 3, 3, 64, generator=torch.Generator().manual_seed(2))
+    slots, lengths = torch.arange(8), torch.tensor([200, 1, 57, 199, 128, 64, 3, 150])
+    together = cpu_attention.decode_attention(q, keys, values, slots, lengths, 0.125)
+    for row in range(8):
+        alone = cpu_attention.decode_attention(
+            q[row : row + 1], keys, values, slots[row : row + 1], lengths[row : row + 1], 0.125
+        )
+        assert torch.equal(alone, together[row : row + 1])
+    strided = cpu_attention.decode_attention(q, keys[:, :, :], values, slots, lengths, 0.125)
+    assert torch.equal(strided, together)
+
+
+def test_bad_input_is_refused_not_read_out_of_bounds() -> None:
+    keys, values = _buffers(2, 3, 16, 64, seed=3)
+    q = torch.randn(1, 3, 3, 64)
+    with pytest.raises(RuntimeError, match="slot out of range"):
+        cpu_attention.decode_attention(q, keys, values, torch.tensor([2]), torch.tensor([4]), 0.1)
+    with pytest.raises(RuntimeError, match="length out of range"):
+        cpu_attention.decode_attention(q, keys, values, torch.tensor([0]), torch.tensor([17]), 0.1)
+    with pytest.raises(RuntimeError, match="length out of range"):
+        cpu_attention.decode_attention(q, keys, values, torch.tensor([0]), torch.tensor([0]), 0.1)
+    with pytest.raises(RuntimeError, match="float32"):
+        cpu_attention.decode_attention(q.double(), keys, values, torch.tensor([0]), torch.tensor([4]), 0.1)
+    with pytest.raises(RuntimeError, match="one slot and length per row"):
+        cpu_attention.decode_attention(q, keys, values, torch.tensor([0, 1]), torch.tensor([4]), 0.1)
+    with pytest.raises(RuntimeError, match="contiguous key and value rows"):
+        cpu_attention.decode_attention(q, keys.transpose(2, 3), values, torch.tensor([0]), torch.tensor([4]), 0.1)
+
+
+def test_a_failed_build_leaves_pytorchs_kernel(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import torch.utils.cpp_extension
+
+    def no_compiler(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("Error building extension: c++: not found")
+
+    monkeypatch.setattr(cpu_attention, "_loaded", None)
+    monkeypatch.setattr(cpu_attention, "registered", lambda: False)
+    monkeypatch.setattr(torch.utils.cpp_extension, "load_inline", no_compiler)
+    with caplog.at_level(logging.WARNING, logger="veriloop.kernels.cpu_attention"):
+        assert cpu_attention.load() is False
+        assert cpu_attention.load() is False  # decided once
+    assert caplog.text.count("did not build") == 1

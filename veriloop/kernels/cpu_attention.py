@@ -1,0 +1,173 @@
+"""Decode attention on the CPU as one C++ loop per row: what PyTorch's flash kernel spends in small-matrix calls.
+
+A decoding row's attention is three query vectors per key head against a few hundred cached columns:
+a few hundred thousand multiply-adds. PyTorch's CPU flash kernel runs it as two small matrix products
+per (row, head) plus its blocking and a float mask, about 60 µs per row and layer for 200 columns on
+this project's machine; this loop reads each cached key and value once for the whole query group and
+takes 20 to 30 µs (`bench/llm_step.py` measures a whole step). The sums run in a fixed order over
+each row's own columns, so a row's result never depends on which rows share its step.
+
+The source is compiled once per machine by `torch.utils.cpp_extension.load_inline` (about 40 s, kept
+in torch's extension folder under a name that includes this CPU's capabilities) and registered as
+`torch.ops.veriloop_cpu.decode_attention`, which TorchScript calls without the GIL. Where no C++
+compiler works, `load()` says so once in the log and callers keep PyTorch's kernel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+
+import torch
+
+log = logging.getLogger(__name__)
+
+_SOURCE = r"""
+#include <ATen/ATen.h>
+#include <torch/library.h>
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace {
+
+constexpr int64_t kLanes = 16;
+
+// One dot product of two `d`-wide rows, summed in kLanes partial sums then in a fixed order.
+inline float dot(const float* a, const float* b, int64_t d) {
+  float lanes[kLanes] = {0.f};
+  int64_t c = 0;
+  for (; c + kLanes <= d; c += kLanes) {
+    for (int64_t l = 0; l < kLanes; ++l) lanes[l] += a[c + l] * b[c + l];
+  }
+  float total = 0.f;
+  for (int64_t l = 0; l < kLanes; ++l) total += lanes[l];
+  for (; c < d; ++c) total += a[c] * b[c];
+  return total;
+}
+
+}  // namespace
+
+// q (rows, kv_heads, group, d); keys, values (slots, kv_heads, capacity, d), last dim contiguous;
+// slots, lengths (rows,) int64: row r attends over columns [0, lengths[r]) of slot slots[r].
+at::Tensor decode_attention(const at::Tensor& q_in, const at::Tensor& keys, const at::Tensor& values,
+                            const at::Tensor& slots_in, const at::Tensor& lengths_in, double scale) {
+  TORCH_CHECK(q_in.dim() == 4 && keys.dim() == 4 && values.dim() == 4, "decode_attention: 4-d q, keys, values");
+  TORCH_CHECK(q_in.scalar_type() == at::kFloat && keys.scalar_type() == at::kFloat &&
+                  values.scalar_type() == at::kFloat, "decode_attention: float32 tensors");
+  TORCH_CHECK(keys.stride(3) == 1 && values.stride(3) == 1, "decode_attention: contiguous key and value rows");
+  const auto q = q_in.contiguous();
+  const auto slots = slots_in.to(at::kLong).contiguous();
+  const auto lengths = lengths_in.to(at::kLong).contiguous();
+  const int64_t rows = q.size(0), heads = q.size(1), group = q.size(2), d = q.size(3);
+  TORCH_CHECK(keys.size(1) == heads && keys.size(3) == d && values.sizes() == keys.sizes(), "decode_attention: shapes");
+  TORCH_CHECK(slots.numel() == rows && lengths.numel() == rows, "decode_attention: one slot and length per row");
+  auto out = at::empty_like(q);
+  const float* qp = q.data_ptr<float>();
+  const float* kp = keys.data_ptr<float>();
+  const float* vp = values.data_ptr<float>();
+  const int64_t* sp = slots.data_ptr<int64_t>();
+  const int64_t* lp = lengths.data_ptr<int64_t>();
+  float* op = out.data_ptr<float>();
+  const float factor = static_cast<float>(scale);
+  std::vector<float> scores;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t slot = sp[r], length = lp[r];
+    TORCH_CHECK(slot >= 0 && slot < keys.size(0), "decode_attention: slot out of range");
+    TORCH_CHECK(length >= 1 && length <= keys.size(2), "decode_attention: length out of range");
+    scores.resize(group * length);
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* queries = qp + (r * heads + h) * group * d;
+      const float* key_rows = kp + slot * keys.stride(0) + h * keys.stride(1);
+      const float* value_rows = vp + slot * values.stride(0) + h * values.stride(1);
+      for (int64_t j = 0; j < length; ++j) {
+        const float* key = key_rows + j * keys.stride(2);
+        for (int64_t g = 0; g < group; ++g) scores[g * length + j] = dot(queries + g * d, key, d) * factor;
+      }
+      for (int64_t g = 0; g < group; ++g) {
+        float* s = scores.data() + g * length;
+        const float top = *std::max_element(s, s + length);
+        float sum = 0.f;
+        for (int64_t j = 0; j < length; ++j) {
+          s[j] = std::exp(s[j] - top);
+          sum += s[j];
+        }
+        const float inverse = 1.f / sum;
+        float* o = op + ((r * heads + h) * group + g) * d;
+        std::fill(o, o + d, 0.f);
+        for (int64_t j = 0; j < length; ++j) {
+          const float* value = value_rows + j * values.stride(2);
+          const float weight = s[j] * inverse;
+          for (int64_t c = 0; c < d; ++c) o[c] += weight * value[c];
+        }
+      }
+    }
+  }
+  return out;
+}
+
+TORCH_LIBRARY(veriloop_cpu, m) {
+  m.def("decode_attention(Tensor q, Tensor keys, Tensor values, Tensor slots, Tensor lengths, float scale) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(veriloop_cpu, CPU, m) { m.impl("decode_attention", &decode_attention); }
+"""
+
+_FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math"]
+
+_lock = threading.Lock()
+_loaded: bool | None = None
+
+
+def _name() -> str:
+    """The extension's name: the source, the flags and this CPU's capabilities (-march=native binds it to them)."""
+    try:
+        capabilities = sorted(key for key, value in torch.cpu.get_capabilities().items() if value is True)
+    except (AttributeError, RuntimeError):
+        capabilities = [torch.backends.cpu.get_cpu_capability()]
+    digest = hashlib.sha256("\n".join([_SOURCE, *_FLAGS, *capabilities]).encode()).hexdigest()[:12]
+    return f"veriloop_cpu_attention_{digest}"
+
+
+def registered() -> bool:
+    """Whether `torch.ops.veriloop_cpu.decode_attention` exists in this process."""
+    try:
+        return hasattr(torch.ops.veriloop_cpu, "decode_attention")
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def load() -> bool:
+    """Compile (once per machine) and register the kernel; False, logged once, where that cannot be done."""
+    global _loaded
+    with _lock:
+        if _loaded is None:
+            if registered():
+                _loaded = True
+            else:
+                try:
+                    from torch.utils.cpp_extension import load_inline
+
+                    log.info("building the CPU decode-attention kernel (once per machine, about 40 s)")
+                    load_inline(  # type: ignore[no-untyped-call]
+                        _name(), cpp_sources=[_SOURCE], extra_cflags=_FLAGS, is_python_module=False
+                    )
+                    _loaded = registered()
+                except Exception as error:  # no compiler, no headers, a failed build: PyTorch's kernel stays
+                    log.warning("decode attention stays on PyTorch's kernel: the C++ one did not build (%s)", error)
+                    _loaded = False
+        return _loaded
+
+
+def decode_attention(
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    slots: torch.Tensor,
+    lengths: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """q (rows, kv_heads, group, d) over row r's slot's first `lengths[r]` columns -> (rows, kv_heads, group, d)."""
+    out: torch.Tensor = torch.ops.veriloop_cpu.decode_attention(q, keys, values, slots, lengths, scale)
+    return out
