@@ -28,6 +28,8 @@ _SOURCE = r"""
 #include <torch/library.h>
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
 namespace {
@@ -45,6 +47,52 @@ inline float dot(const float* a, const float* b, int64_t d) {
   for (int64_t l = 0; l < kLanes; ++l) total += lanes[l];
   for (; c < d; ++c) total += a[c] * b[c];
   return total;
+}
+
+// exp(x) for the softmax's x <= 0 (scores less their maximum), vectorizable: x = n·ln2 + r with |r| <= ln2/2,
+// exp(r) by Cephes' degree-6 polynomial (about 1 ulp), times 2^n built in the exponent bits. Below -87 the
+// result stays at exp(-87), about 1.6e-38, which no softmax sum that holds exp(0) = 1 can tell apart.
+inline float exp_nonpositive(float x) {
+  x = x < -87.f ? -87.f : x;
+  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return p * scale;
+}
+
+// The largest and the sum of `count` values, each in kLanes partial results then in a fixed order.
+inline float largest(const float* x, int64_t count) {
+  float lanes[kLanes];
+  std::fill(lanes, lanes + kLanes, -INFINITY);
+  int64_t j = 0;
+  for (; j + kLanes <= count; j += kLanes) {
+    for (int64_t l = 0; l < kLanes; ++l) lanes[l] = lanes[l] > x[j + l] ? lanes[l] : x[j + l];
+  }
+  float top = -INFINITY;
+  for (int64_t l = 0; l < kLanes; ++l) top = top > lanes[l] ? top : lanes[l];
+  for (; j < count; ++j) top = top > x[j] ? top : x[j];
+  return top;
+}
+
+inline float total(const float* x, int64_t count) {
+  float lanes[kLanes] = {0.f};
+  int64_t j = 0;
+  for (; j + kLanes <= count; j += kLanes) {
+    for (int64_t l = 0; l < kLanes; ++l) lanes[l] += x[j + l];
+  }
+  float sum = 0.f;
+  for (int64_t l = 0; l < kLanes; ++l) sum += lanes[l];
+  for (; j < count; ++j) sum += x[j];
+  return sum;
 }
 
 }  // namespace
@@ -87,13 +135,9 @@ at::Tensor decode_attention(const at::Tensor& q_in, const at::Tensor& keys, cons
       }
       for (int64_t g = 0; g < group; ++g) {
         float* s = scores.data() + g * length;
-        const float top = *std::max_element(s, s + length);
-        float sum = 0.f;
-        for (int64_t j = 0; j < length; ++j) {
-          s[j] = std::exp(s[j] - top);
-          sum += s[j];
-        }
-        const float inverse = 1.f / sum;
+        const float top = largest(s, length);
+        for (int64_t j = 0; j < length; ++j) s[j] = exp_nonpositive(s[j] - top);
+        const float inverse = 1.f / total(s, length);
         float* o = op + ((r * heads + h) * group + g) * d;
         std::fill(o, o + d, 0.f);
         for (int64_t j = 0; j < length; ++j) {
