@@ -9,8 +9,11 @@ holding `--columns` cached columns, and, separately, the linear products alone (
 the output projection) at the same row counts, for each torch thread count in one process.
 
 `step_speedup` is rows x step(1 row) / step(rows): how many times more tokens a step of that many
-rows yields than a one-row step. A run of the whole bench cannot beat it at its mean rows per
-step, and falls short of it by the prefill it has to do at every concurrency. Prints one JSON.
+rows yields than a one-row step. With the C++ decode attention (`llm.cpu_attention_kernel`, the
+default where it builds) the same steps are also timed with PyTorch's attention in the same run:
+`step_ms_pytorch_attention` and `attention_kernel_speedup` (PyTorch's step time over the kernel's).
+A run of the whole bench cannot beat `step_speedup` at its mean rows per step, and falls short of it
+by the prefill it has to do at every concurrency. Prints one JSON.
 Run from the repository root with the package importable.
 """
 
@@ -103,7 +106,14 @@ def main(settings: Any, argv: list[str]) -> dict[str, Any]:
     row_counts = [int(value) for value in args.rows.split(",")]
     thread_counts = [int(value) for value in args.threads.split(",")]
     model, _ = load_model(settings)
-    decoder = PackedDecoder(model, settings.llm.linear_weights, script=not args.python_loop)
+    decoder = PackedDecoder(
+        model,
+        settings.llm.linear_weights,
+        script=not args.python_loop,
+        attention_kernel=settings.llm.cpu_attention_kernel,
+    )
+    # The baseline in the same run: the same step with PyTorch's attention for the decoding rows.
+    sdpa = PackedDecoder(model, settings.llm.linear_weights, script=not args.python_loop, attention_kernel=False)
     cache = SlotKVCache(
         len(decoder.layers),
         max(row_counts),
@@ -118,15 +128,18 @@ def main(settings: Any, argv: list[str]) -> dict[str, Any]:
         "model": settings.llm.model,
         "linear_weights": decoder.weights,
         "scripted": decoder.scripted is not None,
+        "attention_kernel": decoder.attention_kernel,
         "columns": args.columns,
         "load_average_before": list(_load()),
     }
     with torch.inference_mode():
         for threads in thread_counts:
             torch.set_num_threads(threads)
-            step, products = {}, {}
+            step, products, pytorch = {}, {}, {}
             for rows in row_counts:
                 step[rows] = _ms(_step(decoder, cache, rows, args.columns), args.repeats)
+                if decoder.attention_kernel:
+                    pytorch[rows] = _ms(_step(sdpa, cache, rows, args.columns), args.repeats)
                 products[rows] = _ms(_products(decoder, rows), args.repeats)
                 print(f"[llm_step] {threads} thread(s), {rows} rows: step {step[rows]:.1f} ms", file=sys.stderr)
             result[f"threads_{threads}"] = {
@@ -136,6 +149,10 @@ def main(settings: Any, argv: list[str]) -> dict[str, Any]:
                 if row_counts[0] == 1
                 else {},
             }
+            if pytorch:
+                run = result[f"threads_{threads}"]
+                run["step_ms_pytorch_attention"] = {rows: round(value, 2) for rows, value in pytorch.items()}
+                run["attention_kernel_speedup"] = {rows: round(pytorch[rows] / step[rows], 2) for rows in row_counts}
     result["load_average_after"] = list(_load())
     return result
 
