@@ -306,12 +306,20 @@ class RowSplitLinear:
         self.splits = [int(module.out_features) for module in self.modules]
         self.decoding = decoding(self.modules)
         self.prefill = prefill(self.modules) if prefill is not decoding else None
+        self._parts: tuple[torch.nn.Module, torch.nn.Module | None] | None = None
+        self._product: RowSplitProduct | None = None
 
     def product(self) -> RowSplitProduct:
         """The product over the weights as they are now (each kind repacked if a weight changed)."""
-        decoding, prefill = self.decoding.product(), self.prefill.product() if self.prefill is not None else None
-        if getattr(self, "_made", None) != (decoding, prefill):
-            self._made = (decoding, prefill)
+        decoding = self.decoding.product()
+        prefill = self.prefill.product() if self.prefill is not None else None
+        if (
+            self._product is None
+            or self._parts is None
+            or self._parts[0] is not decoding
+            or self._parts[1] is not prefill
+        ):
+            self._parts = (decoding, prefill)
             self._product = RowSplitProduct(decoding, prefill)
         return self._product
 
