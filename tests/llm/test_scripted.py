@@ -221,7 +221,7 @@ def test_decoding_rows_answer_the_same_beside_a_bf16_prompt(model: Any, script: 
     """Prompt rows multiply in bf16 and decoding rows in fp16: a decoding row's logits and cache writes do not
     depend on whether a prompt is read in its step, and the prompt's do differ from an all-fp16 step."""
     split = PackedDecoder(model, "float16", script=script, prefill_weights="bfloat16")
-    half = PackedDecoder(model, "float16", script=script)
+    half = PackedDecoder(model, "float16", script=script, prefill_weights="float16")
     alone, beside, all_half = (_mixed_layout([(0, 12), (2, 5)], chunks) for chunks in ([], [(1, 0, 7)], [(1, 0, 7)]))
     outputs = []
     for decoder, layout in ((split, alone), (split, beside), (half, all_half)):

@@ -198,7 +198,7 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
             cache_factory=cache_factory,
             linear_weights=weights,
             replicas=settings.llm.replicas,
-            prefill_weights=None if weights == "float32" or prefill == "auto" else prefill,
+            prefill_weights=None if weights == "float32" or prefill == "auto" else prefill,  # float32 goes alone
         )
 
     seconds: dict[str, float] = {}

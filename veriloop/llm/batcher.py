@@ -70,7 +70,7 @@ from veriloop.llm.kv_cache import (
     saved_columns,
     saved_nbytes,
 )
-from veriloop.llm.packed import LinearWeights, PackedDecoder, default_prefill_weights
+from veriloop.llm.packed import LinearWeights, PackedDecoder
 from veriloop.records import Constraint
 
 log = logging.getLogger(__name__)
@@ -250,11 +250,7 @@ class ContinuousBatcher:
             raise ValueError("prefill_chunk must be at least 1")
         self.model = model
         # Replicas pass one decoder between them: its fp16 weight copies are read-only and shared.
-        self.decoder = (
-            decoder
-            if decoder is not None
-            else PackedDecoder(model, linear_weights, prefill_weights=default_prefill_weights(linear_weights))
-        )
+        self.decoder = decoder if decoder is not None else PackedDecoder(model, linear_weights)
         # The worker decodes with its own copy: a fast tokenizer must not be used by two threads at once.
         self._tokenizer = copy.deepcopy(tokenizer)
         self.max_batch_size = max_batch_size

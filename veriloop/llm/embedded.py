@@ -39,7 +39,7 @@ from veriloop.errors import BackendError, ConfigError
 from veriloop.llm.base import StreamDelta
 from veriloop.llm.batcher import CacheFactory, ContinuousBatcher, RowOutput, SampleSpec, SpeculativePrefill
 from veriloop.llm.kv_cache import KVStore
-from veriloop.llm.packed import LinearWeights, PackedDecoder, default_prefill_weights
+from veriloop.llm.packed import LinearWeights, PackedDecoder
 from veriloop.llm.replicas import BatcherReplicas, replica_count, split_slots
 from veriloop.records import Completion, Message, Prompt, SamplingParams, Usage
 
@@ -401,9 +401,12 @@ class EmbeddedBackend:
         self.batcher: ContinuousBatcher | BatcherReplicas
         """One batcher, or (`replicas` > 1) several sharing the model, one per core (`veriloop.llm.replicas`)."""
         count = replica_count(replicas, max_batch_size, threads=torch_threads)
-        prefill = default_prefill_weights(linear_weights) if prefill_weights is None else prefill_weights
         decoder = PackedDecoder(
-            model, linear_weights, script=script_decode, prefill_weights=prefill, attention_kernel=attention_kernel
+            model,
+            linear_weights,
+            script=script_decode,
+            prefill_weights=prefill_weights,
+            attention_kernel=attention_kernel,
         )
         batchers: list[ContinuousBatcher] = []
         for index, slots in enumerate(split_slots(max_batch_size, count)):

@@ -33,6 +33,7 @@ not their weights read.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -178,7 +179,7 @@ class BrainProduct(torch.nn.Module):
         return out
 
 
-class FusedLinear:
+class FusedLinear(ABC):
     """Float32 CPU Linears that read the same input, run as one product by a prepacked low-precision weight copy.
 
     The copy (a `product` module, also what the scripted layers call) is made when the fused linear
@@ -198,11 +199,13 @@ class FusedLinear:
         self.product()  # now, not in the first step (packing the whole model takes a second or two)
 
     @staticmethod
+    @abstractmethod
     def kernel_available() -> bool:
-        raise NotImplementedError
+        """Whether this kind's kernel runs in this torch on this CPU."""
 
+    @abstractmethod
     def make_product(self, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.nn.Module:
-        raise NotImplementedError
+        """The product module over the fused `weight` (out, in) and `bias` (out,) or None."""
 
     @classmethod
     def applies_to(cls, modules: Sequence[Any]) -> bool:
@@ -408,7 +411,7 @@ class PackedDecoder:
         prefill_weights: LinearWeights | None = None,
         attention_kernel: bool = True,
     ) -> None:
-        prefill_weights = weights if prefill_weights is None else prefill_weights
+        prefill_weights = default_prefill_weights(weights) if prefill_weights is None else prefill_weights
         for name, value in (("linear weights", weights), ("prefill weights", prefill_weights)):
             if value not in ("float32", *FUSED):
                 raise BackendError(f"{name} {value!r}: float32, float16 or bfloat16")
@@ -449,7 +452,7 @@ class PackedDecoder:
         """Linear layers multiplied by low-precision weight copies (0 with float32 weights, or where no kernel can)."""
         self.weights: LinearWeights = weights if self.fused_linears else "float32"
         self.prefill_weights: LinearWeights = prefill_weights if self.fused_linears else "float32"
-        """What prompt rows multiply by (decoding rows: `weights`); see `default_prefill_weights`."""
+        """What prompt rows multiply by (decoding rows: `weights`); None asks `default_prefill_weights`."""
         self.heads = int(config.num_attention_heads)
         self.kv_heads = int(getattr(config, "num_key_value_heads", None) or self.heads)
         self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.heads)

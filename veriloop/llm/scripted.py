@@ -67,12 +67,12 @@ class SdpaDecodeAttention(torch.nn.Module):
         return slot_decode_attention(q, keys, values, mask, decode_slots, used, longest, in_order, self.scale)
 
 
-class KernelDecodeAttention(torch.nn.Module):
-    """Decoding rows' attention by the C++ loop (`veriloop.kernels.cpu_attention`), over each row's own columns."""
+class KernelDecodeAttention(SdpaDecodeAttention):
+    """Decoding rows' attention by the C++ loop (`veriloop.kernels.cpu_attention`), over each row's own columns.
 
-    def __init__(self, scale: float) -> None:
-        super().__init__()
-        self.scale = scale
+    A subclass with its own `forward`, not a flag in one module: TorchScript compiles every branch, and the
+    kernel's operator exists only where it was built.
+    """
 
     def forward(
         self,
