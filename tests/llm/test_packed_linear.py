@@ -10,12 +10,14 @@ import torch
 
 from veriloop.errors import BackendError
 from veriloop.llm.packed import (
+    BrainDotLinear,
     BrainFloatLinear,
     HalfWeightLinear,
     PackedDecoder,
     RowAdaptiveLinear,
     RowSplitLinear,
     default_prefill_weights,
+    resolve_linear_weights,
 )
 
 
@@ -160,3 +162,58 @@ def test_prefill_weights_default_to_bf16_only_beside_low_precision_decoding(tiny
         decoder = PackedDecoder(model, "float16", prefill_weights="bfloat16")
         assert decoder.weights == "float16" and decoder.prefill_weights == "bfloat16"
         assert PackedDecoder(model, "bfloat16").prefill_weights == "bfloat16"
+
+
+needs_bf16_kernel = pytest.mark.skipif(
+    not BrainDotLinear.kernel_available(), reason="no AVX512-BF16, or the C++ kernel does not build here"
+)
+
+
+@needs_bf16_kernel
+def test_bf16_kernel_linears_match_onednn_to_rounding_row_by_row_and_follow_updates() -> None:
+    """The decoding rows' bf16 kind: the product of the bf16-rounded inputs and weights in float32 (oneDNN's also
+    rounds its output to bf16), each row's bits the same at every row count, never a stale weight."""
+    torch.manual_seed(3)
+    parts = [torch.nn.Linear(96, 130, bias=True), torch.nn.Linear(96, 7, bias=False)]
+    dot, onednn = BrainDotLinear(parts), BrainFloatLinear(parts)
+    x = torch.randn(9, 96)
+    with torch.inference_mode():
+        whole = dot(x)
+        for out, module, rounded in zip(whole, parts, onednn(x), strict=True):
+            exact = x.to(torch.bfloat16).double() @ module.weight.to(torch.bfloat16).double().t()
+            exact = exact + module.bias.double() if module.bias is not None else exact
+            torch.testing.assert_close(out, exact.float(), atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(out, rounded, atol=1e-2, rtol=1e-2)
+        for rows in range(1, 9):
+            assert all(torch.equal(part, full[:rows]) for part, full in zip(dot(x[:rows]), whole, strict=True))
+    with torch.no_grad():
+        parts[0].weight.mul_(-2)
+        parts[1].weight.add_(1)
+    with torch.inference_mode():
+        for out, module in zip(dot(x), parts, strict=True):
+            torch.testing.assert_close(out, module(x), atol=1e-1, rtol=2e-2)
+
+
+def test_auto_weights_are_bf16_where_the_kernel_builds_else_fp16(tiny: tuple[Any, Any]) -> None:
+    expected = "bfloat16" if BrainDotLinear.kernel_available() else "float16"
+    assert resolve_linear_weights("auto") == expected
+    assert [resolve_linear_weights(kind) for kind in ("float32", "float16", "bfloat16")] == [
+        "float32",
+        "float16",
+        "bfloat16",
+    ]
+    with pytest.raises(BackendError, match="auto, float32"):
+        resolve_linear_weights("int4")
+    if not BrainDotLinear.kernel_available():
+        return
+    model, _ = tiny
+    decoder = PackedDecoder(model, "bfloat16")
+    qkv = decoder.linears[0].fused_parts()
+    assert qkv is not None
+    assert isinstance(qkv[0].decoding, BrainDotLinear) and isinstance(qkv[0].prefill, BrainFloatLinear)
+    assert decoder.fused_linears == 7 * model.config.num_hidden_layers + 1  # the output projection too
+    hidden = torch.randn(5, model.config.hidden_size)
+    with torch.inference_mode():
+        logits = decoder.lm_head(hidden)
+        torch.testing.assert_close(logits, model.lm_head(hidden), atol=5e-2, rtol=2e-2)
+        assert torch.equal(decoder.lm_head(hidden[2:3]), logits[2:3])

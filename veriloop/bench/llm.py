@@ -24,8 +24,9 @@ decode tokens/s, perplexity of each problem's canonical solution after its promp
 teacher forcing through the same cache, and HumanEval pass@1 of the greedy answers (each run through the
 problem's tests in the configured sandbox; `pass_at_1` holds the share, `passed` the tasks that passed).
 
-The batcher runs use `llm.linear_weights` for decoding rows (default float16: fp16 weight copies run
-by FBGEMM, activations float32) and `llm.prefill_weights` for prompt rows (`prefill_weights` in the
+The batcher runs use `llm.linear_weights` for decoding rows (default auto: bf16 weight copies run by
+veriloop's AVX512-BF16 kernel where it builds, else fp16 copies run by FBGEMM; `linear_weights` in the
+JSON says which) and `llm.prefill_weights` for prompt rows (`prefill_weights` in the
 JSON; by default bf16 where the CPU has bf16 dot products). `numerics` measures that path against
 float32 in the same run: tokens/s of
 the batched run with float32 weights, perplexity of the canonical solutions with each, and greedy
@@ -73,7 +74,7 @@ from veriloop.llm.embedded import (
     load_model_folder,
     set_torch_threads,
 )
-from veriloop.llm.packed import LinearWeights, default_prefill_weights
+from veriloop.llm.packed import LinearWeights, default_prefill_weights, resolve_linear_weights
 from veriloop.llm.replicas import replica_count
 from veriloop.records import Completion, SamplingParams
 
@@ -173,7 +174,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
     args = _parse(argv)
-    args.weights_in_runs = settings.llm.linear_weights
+    args.weights_in_runs = resolve_linear_weights(settings.llm.linear_weights)
     set_torch_threads(settings.llm.torch_threads)
     started = time.perf_counter()
     model, tokenizer, folder = load_model_folder(settings)
@@ -186,7 +187,7 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
     def fresh_backend(
         slots: int = args.concurrency,
         cache_factory: CacheFactory | None = None,
-        weights: LinearWeights = settings.llm.linear_weights,
+        weights: LinearWeights = args.weights_in_runs,
     ) -> EmbeddedBackend:
         # A new batcher per run: its prefix cache must not carry one run's prompts into the next.
         return EmbeddedBackend(
@@ -256,8 +257,8 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
         "torch_threads": settings.llm.torch_threads,
         "replicas": {name: replica_count(llm.replicas, slots, threads=llm.torch_threads) for name, slots in runs},
         "dtype": settings.llm.dtype,
-        "linear_weights": settings.llm.linear_weights,
-        "prefill_weights": default_prefill_weights(settings.llm.linear_weights) if prefill == "auto" else prefill,
+        "linear_weights": args.weights_in_runs,
+        "prefill_weights": default_prefill_weights(args.weights_in_runs) if prefill == "auto" else prefill,
         "repeat": max(args.repeat, 1),
         "load_average": {"before": load_before, "after": _load_average(), "cpus": os.cpu_count()},
         "tokens_per_s": {name: round(rate, 2) for name, rate in rates.items()},

@@ -7,21 +7,16 @@ this project's machine; this loop reads each cached key and value once for the w
 takes 20 to 30 µs (`bench/llm_step.py` measures a whole step). The sums run in a fixed order over
 each row's own columns, so a row's result never depends on which rows share its step.
 
-The source is compiled once per machine by `torch.utils.cpp_extension.load_inline` (about 40 s, kept
-in torch's extension folder under a name that includes this CPU's capabilities) and registered as
+The source is compiled once per machine (`veriloop.kernels.cpu_build`, about 40 s) and registered as
 `torch.ops.veriloop_cpu.decode_attention`, which TorchScript calls without the GIL. Where no C++
 compiler works, `load()` says so once in the log and callers keep PyTorch's kernel.
 """
 
 from __future__ import annotations
 
-import hashlib
-import logging
-import threading
-
 import torch
 
-log = logging.getLogger(__name__)
+from veriloop.kernels.cpu_build import InlineOps
 
 _SOURCE = r"""
 #include <ATen/ATen.h>
@@ -158,50 +153,19 @@ TORCH_LIBRARY(veriloop_cpu, m) {
 TORCH_LIBRARY_IMPL(veriloop_cpu, CPU, m) { m.impl("decode_attention", &decode_attention); }
 """
 
-_FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math"]
-
-_lock = threading.Lock()
-_loaded: bool | None = None
-
-
-def _name() -> str:
-    """The extension's name: the source, the flags and this CPU's capabilities (-march=native binds it to them)."""
-    try:
-        capabilities = sorted(key for key, value in torch.cpu.get_capabilities().items() if value is True)
-    except (AttributeError, RuntimeError):
-        capabilities = [torch.backends.cpu.get_cpu_capability()]
-    digest = hashlib.sha256("\n".join([_SOURCE, *_FLAGS, *capabilities]).encode()).hexdigest()[:12]
-    return f"veriloop_cpu_attention_{digest}"
+OPS = InlineOps(
+    "veriloop_cpu_attention", "veriloop_cpu", "decode_attention", _SOURCE, "the CPU decode-attention kernel"
+)
 
 
 def registered() -> bool:
     """Whether `torch.ops.veriloop_cpu.decode_attention` exists in this process."""
-    try:
-        return hasattr(torch.ops.veriloop_cpu, "decode_attention")
-    except (AttributeError, RuntimeError):
-        return False
+    return OPS.registered()
 
 
 def load() -> bool:
     """Compile (once per machine) and register the kernel; False, logged once, where that cannot be done."""
-    global _loaded
-    with _lock:
-        if _loaded is None:
-            if registered():
-                _loaded = True
-            else:
-                try:
-                    from torch.utils.cpp_extension import load_inline
-
-                    log.info("building the CPU decode-attention kernel (once per machine, about 40 s)")
-                    load_inline(  # type: ignore[no-untyped-call]
-                        _name(), cpp_sources=[_SOURCE], extra_cflags=_FLAGS, is_python_module=False
-                    )
-                    _loaded = registered()
-                except Exception as error:  # no compiler, no headers, a failed build: PyTorch's kernel stays
-                    log.warning("decode attention stays on PyTorch's kernel: the C++ one did not build (%s)", error)
-                    _loaded = False
-        return _loaded
+    return OPS.load()
 
 
 def decode_attention(

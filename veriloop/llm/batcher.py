@@ -32,11 +32,13 @@ reach the host in one copy per step. Per-row state (a future constraint matcher 
 `_Row`.
 
 On the CPU the batcher stores the model's Linear weights column-major (`column_major_linears`):
-same values, faster small-batch matrix products. With `linear_weights="float16"` (the settings'
-default, `llm.linear_weights`) the packed forward multiplies by fp16 copies of those weights
-through FBGEMM instead (`veriloop.llm.packed.HalfWeightLinear`), several times faster at a few
-rows than MKL's float32 products on this CPU, and prompt rows by bf16 copies where the CPU has
-bf16 dot products (`default_prefill_weights`: twice as fast on a prompt chunk); greedy outputs then
+same values, faster small-batch matrix products. With `linear_weights="bfloat16"` (what the
+settings' `llm.linear_weights = "auto"` picks where veriloop's AVX512-BF16 kernel builds) or
+`"float16"` (elsewhere) the packed forward multiplies decoding rows by bf16 copies through that
+kernel (`veriloop.llm.packed.BrainDotLinear`) or fp16 copies through FBGEMM (`HalfWeightLinear`),
+several times faster at a few rows than MKL's float32 products on this CPU, and prompt rows by
+bf16 copies where the CPU has bf16 dot products (`default_prefill_weights`: twice as fast on a
+prompt chunk); greedy outputs then
 equal float32's up to the rounding, which `veriloop bench llm` measures (`numerics`). With float32
 weights (the constructor's default) greedy outputs equal sequential greedy decoding in fp32. Chunks
 end, and reused prefixes stop, on multiples of `QUERY_BLOCK`, so a prompt's prefill gives the same

@@ -39,7 +39,7 @@ from veriloop.errors import BackendError, ConfigError
 from veriloop.llm.base import StreamDelta
 from veriloop.llm.batcher import CacheFactory, ContinuousBatcher, RowOutput, SampleSpec, SpeculativePrefill
 from veriloop.llm.kv_cache import KVStore
-from veriloop.llm.packed import LinearWeights, PackedDecoder
+from veriloop.llm.packed import LinearWeights, PackedDecoder, resolve_linear_weights
 from veriloop.llm.replicas import BatcherReplicas, replica_count, split_slots
 from veriloop.records import Completion, Message, Prompt, SamplingParams, Usage
 
@@ -438,7 +438,7 @@ class EmbeddedBackend:
             torch_threads=settings.llm.torch_threads,
             speculative=speculative_prefill(settings),
             cache_factory=commvq_cache_factory(kernels["commvq"]) if "commvq" in kernels else None,
-            linear_weights=settings.llm.linear_weights,
+            linear_weights=resolve_linear_weights(settings.llm.linear_weights),
             replicas=settings.llm.replicas,
             script_decode=settings.llm.script_decode,
             prefill_weights=None if settings.llm.prefill_weights == "auto" else settings.llm.prefill_weights,

@@ -21,10 +21,13 @@ FBGEMM (`HalfWeightLinear`; activations and accumulation stay float32). MKL's fl
 run far below the core's peak here at 1 to 16 rows, while FBGEMM's fp16-weight kernel halves the
 bytes read and keeps its small-batch kernels busy: measured here, 576x3072 at 8 rows 1.7 ms ->
 0.42 ms, the 49k-row output projection at 8 rows 61 ms -> 17 ms. The rounding of the weights to
-fp16 (relative error about 2e-4) is what `veriloop bench llm` measures under `numerics`. Prompt rows
-may take bf16 copies instead (`prefill_weights`, `BrainFloatLinear`): with a hundred rows and more,
-bf16 dot products run twice as fast as FBGEMM's fp16 kernel. Each step's products are split by row
-kind (`RowSplitLinear`), so a decoding row's result never depends on a prompt read beside it.
+fp16 (relative error about 2e-4) is what `veriloop bench llm` measures under `numerics`. With
+`weights="bfloat16"` (what `llm.linear_weights = "auto"` picks where it builds) decoding rows multiply
+by bf16 copies through veriloop's AVX512-BF16 kernel (`BrainDotLinear`, `veriloop.kernels.cpu_bf16`):
+as fast as FBGEMM at one row, and a few rows cost what one does. Prompt rows may take bf16 copies
+prepacked by oneDNN (`prefill_weights`, `BrainFloatLinear`): with a hundred rows and more, oneDNN's
+bf16 products run twice as fast as FBGEMM's fp16 kernel. Each step's products are split by row kind
+(`RowSplitLinear`), so a decoding row's result never depends on a prompt read beside it.
 
 Supported: Llama-style decoders (`llama`, `mistral` without a sliding window, `qwen2` without a
 sliding window), including layers replaced by quantized or LoRA modules, since modules are called,
@@ -40,7 +43,7 @@ from typing import Any, Literal
 import torch
 
 from veriloop.errors import BackendError
-from veriloop.kernels import cpu_attention
+from veriloop.kernels import cpu_attention, cpu_bf16
 from veriloop.llm.kv_cache import KVStore, SlotKVCache, StepLayout, decode_mask
 from veriloop.llm.scripted import ScriptedLayers, rotate_half
 
@@ -179,6 +182,21 @@ class BrainProduct(torch.nn.Module):
         return out
 
 
+class BrainDotProduct(torch.nn.Module):
+    """One product by a bf16 weight packed for the AVX512-BF16 kernel (`veriloop.kernels.cpu_bf16`): float32 in and
+    out, the input rounded to bf16, sums and bias in float32; each row's result the same at every row count."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        super().__init__()
+        self.packed = cpu_bf16.pack(weight)
+        self.out_features = int(weight.shape[0])
+        self.bias = bias.detach().float().contiguous() if bias is not None else torch.zeros(0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = torch.ops.veriloop_bf16.linear(x, self.packed, self.bias, self.out_features)
+        return out
+
+
 class FusedLinear(ABC):
     """Float32 CPU Linears that read the same input, run as one product by a prepacked low-precision weight copy.
 
@@ -278,6 +296,25 @@ class BrainFloatLinear(FusedLinear):
         return BrainProduct(weight, bias)
 
 
+class BrainDotLinear(FusedLinear):
+    """bf16 weight copies multiplied by AVX512-BF16 dot products (`veriloop.kernels.cpu_bf16`): the decoding rows'
+    kind for `bfloat16` weights where that kernel builds.
+
+    At one row it streams the weight as fast as FBGEMM's fp16 kernel, and each further row costs a
+    fraction of FBGEMM's (bf16 pairs multiplied straight from the weight, no conversion to float32),
+    where oneDNN's bf16 kernel is slow at one row. Prompt chunks keep oneDNN (`BrainFloatLinear`),
+    which is faster with a hundred rows. Inputs and weights are rounded to bf16 as `BrainFloatLinear`'s
+    are; the output stays float32, where oneDNN's is rounded to bf16.
+    """
+
+    @staticmethod
+    def kernel_available() -> bool:
+        return cpu_bf16.available()
+
+    def make_product(self, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.nn.Module:
+        return BrainDotProduct(weight, bias)
+
+
 class RowSplitProduct(torch.nn.Module):
     """A step's product with its decoding rows (which come first) by one product and its prompt rows by another.
 
@@ -334,7 +371,24 @@ class RowSplitLinear:
 
 
 FUSED: dict[str, type[FusedLinear]] = {"float16": HalfWeightLinear, "bfloat16": BrainFloatLinear}
-"""The fused product kind behind each low-precision `LinearWeights`."""
+"""The fused product kind behind each low-precision `LinearWeights` for prompt rows."""
+
+
+def decoding_kind(weights: LinearWeights) -> type[FusedLinear] | None:
+    """The fused product kind for decoding rows: as `FUSED`, but bf16 by the AVX512-BF16 kernel where it builds."""
+    if weights == "bfloat16" and BrainDotLinear.kernel_available():
+        return BrainDotLinear
+    return FUSED.get(weights)
+
+
+def resolve_linear_weights(setting: str) -> LinearWeights:
+    """`llm.linear_weights` as the decoder takes it: `auto` is bfloat16 where the AVX512-BF16 kernel builds, else
+    float16 (FBGEMM); the others as they are."""
+    if setting == "auto":
+        return "bfloat16" if BrainDotLinear.kernel_available() else "float16"
+    if setting not in ("float32", *FUSED):
+        raise BackendError(f"linear weights {setting!r}: auto, float32, float16 or bfloat16")
+    return setting  # type: ignore[return-value]
 
 
 def default_prefill_weights(weights: LinearWeights) -> LinearWeights:
@@ -365,7 +419,7 @@ class _LayerLinears:
         self.o: Callable[[torch.Tensor, int], torch.Tensor] = lambda x, decode: attn.o_proj(x)
         self.mlp: Callable[[torch.Tensor, int], torch.Tensor] = lambda h, decode: mlp(h)
         self._fused: dict[str, RowSplitLinear] = {}
-        kind, prefill_kind = FUSED.get(weights), FUSED.get(prefill_weights)
+        kind, prefill_kind = decoding_kind(weights), FUSED.get(prefill_weights)
         if kind is None or prefill_kind is None:
             return
 
@@ -440,15 +494,18 @@ class PackedDecoder:
         self.rotary: Any = base.rotary_emb
         self.linears = [_LayerLinears(layer, weights, prefill_weights) for layer in self.layers]
         self.lm_head: Any = model.lm_head
-        # The output projection stays on FBGEMM's fp16 weights with bf16 too: with a 49k-row weight and a
-        # few rows its product is bound by reading the weight, and FBGEMM's streams it fastest.
-        half_head = weights in FUSED and HalfWeightLinear.applies_to([model.lm_head])
-        if half_head:
-            head = HalfWeightLinear([model.lm_head])
+        # The output projection takes the decoding rows' kind, except oneDNN's bf16 (slow at a few rows, and a 49k-row
+        # weight is bound by reading it): FBGEMM's fp16 weights then. The AVX512-BF16 kernel streams it as fast.
+        head_kind = decoding_kind(weights)
+        if head_kind is BrainFloatLinear:
+            head_kind = HalfWeightLinear
+        fused_head = head_kind is not None and head_kind.applies_to([model.lm_head])
+        if fused_head and head_kind is not None:
+            head = head_kind([model.lm_head])
             self.lm_head = lambda x: head(x)[0]
         elif RowAdaptiveLinear.applies_to(model.lm_head):
             self.lm_head = RowAdaptiveLinear(model.lm_head)
-        self.fused_linears = sum(linears.fused for linears in self.linears) + int(half_head)
+        self.fused_linears = sum(linears.fused for linears in self.linears) + int(fused_head)
         """Linear layers multiplied by low-precision weight copies (0 with float32 weights, or where no kernel can)."""
         self.weights: LinearWeights = weights if self.fused_linears else "float32"
         self.prefill_weights: LinearWeights = prefill_weights if self.fused_linears else "float32"
