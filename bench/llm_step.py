@@ -13,7 +13,8 @@ rows yields than a one-row step. With the C++ decode attention (`llm.cpu_attenti
 default where it builds) the same steps are also timed with PyTorch's attention in the same run:
 `step_ms_pytorch_attention` and `attention_kernel_speedup` (PyTorch's step time over the kernel's).
 With bf16 decoding weights (`llm.linear_weights`, `auto` where the AVX512-BF16 kernel builds) the
-same steps run on FBGEMM's fp16 weights too: `step_ms_fp16_weights` and `bf16_kernel_speedup`.
+same steps and products run on FBGEMM's fp16 weights too: `step_ms_fp16_weights`,
+`products_ms_fp16_weights` and `bf16_kernel_speedup` (the steps' ratio).
 A run of the whole bench cannot beat `step_speedup` at its mean rows per step, and falls short of it
 by the prefill it has to do at every concurrency. Prints one JSON.
 Run from the repository root with the package importable.
@@ -144,13 +145,14 @@ def main(settings: Any, argv: list[str]) -> dict[str, Any]:
     with torch.inference_mode():
         for threads in thread_counts:
             torch.set_num_threads(threads)
-            step, products, pytorch, fp16 = {}, {}, {}, {}
+            step, products, pytorch, fp16, fp16_products = {}, {}, {}, {}, {}
             for rows in row_counts:
                 step[rows] = _ms(_step(decoder, cache, rows, args.columns), args.repeats)
                 if decoder.attention_kernel:
                     pytorch[rows] = _ms(_step(sdpa, cache, rows, args.columns), args.repeats)
                 if half is not None:
                     fp16[rows] = _ms(_step(half, cache, rows, args.columns), args.repeats)
+                    fp16_products[rows] = _ms(_products(half, rows), args.repeats)
                 products[rows] = _ms(_products(decoder, rows), args.repeats)
                 print(f"[llm_step] {threads} thread(s), {rows} rows: step {step[rows]:.1f} ms", file=sys.stderr)
             result[f"threads_{threads}"] = {
@@ -167,6 +169,7 @@ def main(settings: Any, argv: list[str]) -> dict[str, Any]:
             if fp16:
                 run = result[f"threads_{threads}"]
                 run["step_ms_fp16_weights"] = {rows: round(value, 2) for rows, value in fp16.items()}
+                run["products_ms_fp16_weights"] = {rows: round(value, 2) for rows, value in fp16_products.items()}
                 run["bf16_kernel_speedup"] = {rows: round(fp16[rows] / step[rows], 2) for rows in row_counts}
     result["load_average_after"] = list(_load())
     return result

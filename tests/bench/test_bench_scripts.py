@@ -54,6 +54,11 @@ def test_step_bench_times_each_row_count_for_each_thread_count(model_settings: S
         assert set(run["step_ms_pytorch_attention"]) == set(run["attention_kernel_speedup"]) == {1, 3}
         speedup = run["step_ms_pytorch_attention"][3] / run["step_ms"][3]
         assert run["attention_kernel_speedup"][3] == pytest.approx(speedup, abs=0.02)
+    if result["linear_weights"] == "bfloat16":  # the default where the AVX512-BF16 kernel builds: FBGEMM beside it
+        run = result["threads_1"]
+        assert set(run["step_ms_fp16_weights"]) == set(run["products_ms_fp16_weights"]) == {1, 3}
+        speedup = run["step_ms_fp16_weights"][3] / run["step_ms"][3]
+        assert run["bf16_kernel_speedup"][3] == pytest.approx(speedup, abs=0.02)
     plain = _script("llm_step").main(
         model_settings, ["--rows", "1", "--threads", "1", "--columns", "20", "--repeats", "1", "--python-loop"]
     )

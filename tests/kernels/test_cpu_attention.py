@@ -39,7 +39,8 @@ def _reference(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, slots:
         (3, 3, 64, [0], [1]),  # a row's first token: one column
         (3, 3, 64, [2, 0, 5], [300, 17, 64]),  # the embedded model's shapes, rows out of slot order
         (2, 4, 40, [1, 3], [33, 90]),  # a width that is no multiple of the loop's 16 lanes
-        (1, 1, 8, [0, 1, 2, 3], [5, 6, 7, 8]),
+        (1, 1, 8, [0, 1, 2, 3], [5, 6, 7, 8]),  # 8 wide: the portable loops, not the AVX-512 ones
+        (2, 9, 32, [4, 1], [70, 2]),  # a group of nine queries: the portable loops too
     ],
 )
 def test_rows_attend_over_their_own_columns_as_pytorch_does(

@@ -7,6 +7,13 @@ this project's machine; this loop reads each cached key and value once for the w
 takes 20 to 30 µs (`bench/llm_step.py` measures a whole step). The sums run in a fixed order over
 each row's own columns, so a row's result never depends on which rows share its step.
 
+Where the CPU has AVX-512 and the head width is a multiple of 16 (groups of up to 8 queries), the
+scores and the weighted values run as explicit 16-lane loops. In a real step the cache comes from
+memory, not the core's caches (the weights stream through them between layers), and the hardware
+prefetcher stops at every 4 KiB page: the loop fetches keys 32 columns ahead and each column's
+value while it scores the key. Measured over 30 layers' caches at 300 columns, one row: 68 µs per
+layer before, 38 to 40 µs after (20.8 µs with the cache already in the core's caches).
+
 The source is compiled once per machine (`veriloop.kernels.cpu_build`, about 40 s) and registered as
 `torch.ops.veriloop_cpu.decode_attention`, which TorchScript calls without the GIL. Where no C++
 compiler works, `load()` says so once in the log and callers keep PyTorch's kernel.
@@ -26,6 +33,9 @@ _SOURCE = r"""
 #include <cstdint>
 #include <cstring>
 #include <vector>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 namespace {
 
@@ -90,6 +100,70 @@ inline float total(const float* x, int64_t count) {
   return sum;
 }
 
+#if defined(__AVX512F__)
+constexpr int64_t kAhead = 32;  // key rows fetched ahead (32 x 256 bytes at the embedded model's width)
+
+inline void prefetch_row(const float* row, int64_t d) {
+  for (int64_t c = 0; c < d; c += 16) _mm_prefetch(reinterpret_cast<const char*>(row + c), _MM_HINT_T0);
+}
+
+// Scores of a query group (G queries, `d` a multiple of 16) against `length` keys: each score's 16 lane partial
+// sums then a fixed reduction tree (`_mm512_reduce_add_ps`), with every key row read once for the group.
+template <int G>
+void group_scores(const float* queries, const float* key_rows, int64_t key_stride, const float* value_rows,
+                  int64_t value_stride, int64_t length, int64_t d, float factor, float* scores) {
+  for (int64_t j = 0; j < kAhead && j < length; ++j) prefetch_row(key_rows + j * key_stride, d);
+  for (int64_t j = 0; j < length; ++j) {
+    const float* key = key_rows + j * key_stride;
+    // The cache lives in memory, not in the core's caches (a step streams the weights between layers), and the
+    // hardware prefetcher stops at each 4 KiB page: fetch keys a few pages ahead, and this column's value now.
+    if (j + kAhead < length) prefetch_row(key_rows + (j + kAhead) * key_stride, d);
+    prefetch_row(value_rows + j * value_stride, d);
+    __m512 acc[G];
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < d; c += 16) {
+      const __m512 k = _mm512_loadu_ps(key + c);
+#pragma GCC unroll 8
+      for (int g = 0; g < G; ++g) acc[g] = _mm512_fmadd_ps(_mm512_loadu_ps(queries + g * d + c), k, acc[g]);
+    }
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) scores[g * length + j] = _mm512_reduce_add_ps(acc[g]) * factor;
+  }
+}
+
+// out[g] = sum over j of weights[g][j] * value j, 16 columns at a time, summed in column order j = 0, 1, ...
+template <int G>
+void group_values(const float* weights, const float* value_rows, int64_t value_stride, int64_t length, int64_t d,
+                  float* out) {
+  for (int64_t c = 0; c < d; c += 16) {
+    __m512 acc[G];
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < length; ++j) {
+      const __m512 v = _mm512_loadu_ps(value_rows + j * value_stride + c);
+#pragma GCC unroll 8
+      for (int g = 0; g < G; ++g) acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(weights[g * length + j]), v, acc[g]);
+    }
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) _mm512_storeu_ps(out + g * d + c, acc[g]);
+  }
+}
+
+#define VERILOOP_GROUPS(CALL) \
+  switch (group) {            \
+    case 1: CALL(1); break;   \
+    case 2: CALL(2); break;   \
+    case 3: CALL(3); break;   \
+    case 4: CALL(4); break;   \
+    case 5: CALL(5); break;   \
+    case 6: CALL(6); break;   \
+    case 7: CALL(7); break;   \
+    case 8: CALL(8); break;   \
+    default: break;           \
+  }
+#endif
+
 }  // namespace
 
 // q (rows, kv_heads, group, d); keys, values (slots, kv_heads, capacity, d), last dim contiguous;
@@ -115,6 +189,11 @@ at::Tensor decode_attention(const at::Tensor& q_in, const at::Tensor& keys, cons
   float* op = out.data_ptr<float>();
   const float factor = static_cast<float>(scale);
   std::vector<float> scores;
+#if defined(__AVX512F__)
+  const bool vectorized = d % 16 == 0 && group >= 1 && group <= 8;  // else the portable loops below
+#else
+  const bool vectorized = false;
+#endif
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t slot = sp[r], length = lp[r];
     TORCH_CHECK(slot >= 0 && slot < keys.size(0), "decode_attention: slot out of range");
@@ -124,21 +203,42 @@ at::Tensor decode_attention(const at::Tensor& q_in, const at::Tensor& keys, cons
       const float* queries = qp + (r * heads + h) * group * d;
       const float* key_rows = kp + slot * keys.stride(0) + h * keys.stride(1);
       const float* value_rows = vp + slot * values.stride(0) + h * values.stride(1);
-      for (int64_t j = 0; j < length; ++j) {
-        const float* key = key_rows + j * keys.stride(2);
-        for (int64_t g = 0; g < group; ++g) scores[g * length + j] = dot(queries + g * d, key, d) * factor;
+      float* o_group = op + (r * heads + h) * group * d;
+      if (vectorized) {
+#if defined(__AVX512F__)
+#define VERILOOP_SCORES(G) \
+  group_scores<G>(queries, key_rows, keys.stride(2), value_rows, values.stride(2), length, d, factor, scores.data())
+        VERILOOP_GROUPS(VERILOOP_SCORES)
+#undef VERILOOP_SCORES
+#endif
+      } else {
+        for (int64_t j = 0; j < length; ++j) {
+          const float* key = key_rows + j * keys.stride(2);
+          for (int64_t g = 0; g < group; ++g) scores[g * length + j] = dot(queries + g * d, key, d) * factor;
+        }
       }
       for (int64_t g = 0; g < group; ++g) {
         float* s = scores.data() + g * length;
         const float top = largest(s, length);
         for (int64_t j = 0; j < length; ++j) s[j] = exp_nonpositive(s[j] - top);
         const float inverse = 1.f / total(s, length);
-        float* o = op + ((r * heads + h) * group + g) * d;
-        std::fill(o, o + d, 0.f);
-        for (int64_t j = 0; j < length; ++j) {
-          const float* value = value_rows + j * values.stride(2);
-          const float weight = s[j] * inverse;
-          for (int64_t c = 0; c < d; ++c) o[c] += weight * value[c];
+        for (int64_t j = 0; j < length; ++j) s[j] *= inverse;
+      }
+      if (vectorized) {
+#if defined(__AVX512F__)
+#define VERILOOP_VALUES(G) group_values<G>(scores.data(), value_rows, values.stride(2), length, d, o_group)
+        VERILOOP_GROUPS(VERILOOP_VALUES)
+#undef VERILOOP_VALUES
+#endif
+      } else {
+        for (int64_t g = 0; g < group; ++g) {
+          const float* s = scores.data() + g * length;
+          float* o = o_group + g * d;
+          std::fill(o, o + d, 0.f);
+          for (int64_t j = 0; j < length; ++j) {
+            const float* value = value_rows + j * values.stride(2);
+            for (int64_t c = 0; c < d; ++c) o[c] += s[j] * value[c];
+          }
         }
       }
     }
