@@ -63,3 +63,21 @@ def test_step_bench_times_each_row_count_for_each_thread_count(model_settings: S
         model_settings, ["--rows", "1", "--threads", "1", "--columns", "20", "--repeats", "1", "--python-loop"]
     )
     assert plain["scripted"] is False and plain["threads_1"]["step_ms"][1] > 0
+
+
+def test_bf16_linear_bench_times_both_kernels_at_each_row_count() -> None:
+    from veriloop.kernels import cpu_bf16
+
+    if not cpu_bf16.available():
+        run = subprocess.run(
+            [sys.executable, str(BENCH / "bf16_linear.py")], capture_output=True, text=True, timeout=300, check=False
+        )
+        assert run.returncode == 2 and "AVX512-BF16" in run.stderr
+        return
+    result = _script("bf16_linear").main(["--rows", "1,3", "--layers", "2", "--rounds", "1", "--passes", "1"])
+    torch.set_num_threads(1)
+    ms = result["ms"]
+    assert set(ms["bf16_kernel"]) == set(ms["fbgemm_fp16"]) == set(result["speedup"]) == {1, 3}
+    assert all(value > 0 for value in [*ms["bf16_kernel"].values(), *ms["fbgemm_fp16"].values()])
+    assert result["speedup"][3] == pytest.approx(ms["fbgemm_fp16"][3] / ms["bf16_kernel"][3], rel=0.05)
+    assert result["rows_cost_vs_one_row"]["bf16_kernel"][1] == 1.0

@@ -276,7 +276,9 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
         "completion_tokens": {"min": min(lengths), "median": statistics.median(lengths), "max": max(lengths)},
         "finish_reasons": {reason: sum(c.finish_reason == reason for c in one) for reason in ("stop", "length")},
         "outputs_match": {
-            f"{batched}_vs_batcher_1": sum(a.token_ids == b.token_ids for a, b in zip(one, many, strict=True))
+            f"{name}_vs_batcher_1": sum(a.token_ids == b.token_ids for a, b in zip(one, other, strict=True))
+            for name, other in outputs.items()
+            if name != "batcher_1"
         },
     }
     double = f"batcher_{2 * args.concurrency}"

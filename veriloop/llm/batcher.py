@@ -645,9 +645,16 @@ class ContinuousBatcher:
             if budget <= 0:
                 break
             count = min(budget, group.width - group.done)
-            aligned = count - (group.done + count) % QUERY_BLOCK  # end on an attention block (`slot_chunk_attention`)
-            if group.done + count < group.width and aligned > 0:
-                count = aligned
+            if group.done + count < group.width:
+                # End on an attention block (`slot_chunk_attention`): a block cut in two is summed differently, and
+                # the prompt would answer differently than when read alone. Where the budget left cannot reach
+                # the next block end, the prompt waits for the next step, unless nothing else is read in this
+                # one (a `prefill_chunk` below `QUERY_BLOCK`: progress over same-bits).
+                aligned = count - (group.done + count) % QUERY_BLOCK
+                if aligned > 0:
+                    count = aligned
+                elif chunks:
+                    continue
             chunks.append((group, count))
             budget -= count
             if group.done + count == group.width:
