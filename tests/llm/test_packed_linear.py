@@ -16,6 +16,7 @@ from veriloop.llm.packed import (
     PackedDecoder,
     RowAdaptiveLinear,
     RowSplitLinear,
+    decoding_kind,
     default_prefill_weights,
     resolve_linear_weights,
 )
@@ -217,3 +218,23 @@ def test_auto_weights_are_bf16_where_the_kernel_builds_else_fp16(tiny: tuple[Any
         logits = decoder.lm_head(hidden)
         torch.testing.assert_close(logits, model.lm_head(hidden), atol=5e-2, rtol=2e-2)
         assert torch.equal(decoder.lm_head(hidden[2:3]), logits[2:3])
+
+
+def test_without_the_bf16_kernel_auto_is_fp16_and_bf16_rows_take_onednn(
+    tiny: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CPU without AVX512-BF16, or no compiler: `auto` falls back to FBGEMM's fp16 weights, and bf16 asked for
+    outright runs decoding rows through oneDNN with the output projection on fp16."""
+    monkeypatch.setattr(BrainDotLinear, "kernel_available", staticmethod(lambda: False))
+    assert resolve_linear_weights("auto") == "float16"
+    assert decoding_kind("float16") is HalfWeightLinear and decoding_kind("float32") is None
+    if not BrainFloatLinear.kernel_available():
+        assert decoding_kind("bfloat16") is BrainFloatLinear  # asked for; `applies_to` then leaves the modules
+        return
+    model, _ = tiny
+    decoder = PackedDecoder(model, "bfloat16")
+    parts = decoder.linears[0].fused_parts()
+    assert parts is not None and isinstance(parts[0].decoding, BrainFloatLinear) and parts[0].prefill is None
+    hidden = torch.randn(3, model.config.hidden_size)
+    with torch.inference_mode():
+        torch.testing.assert_close(decoder.lm_head(hidden), model.lm_head(hidden), atol=2e-2, rtol=1e-2)
