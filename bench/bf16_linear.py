@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from veriloop.bench import load_average
 
 SHAPES = ((960, 576), (576, 576), (3072, 576), (576, 1536))
 """(out, in) of a layer's four products in the embedded model (SmolLM2-135M)."""
@@ -78,7 +79,7 @@ def main(argv: list[str]) -> dict[str, Any]:
 
     kernel: dict[int, list[float]] = {rows: [] for rows in row_counts}
     fbgemm: dict[int, list[float]] = {rows: [] for rows in row_counts}
-    load_before = _load()
+    load_before = load_average()
     for _ in range(max(args.rounds, 1)):
         for rows in row_counts:
             inputs = {width: torch.randn(rows, width, generator=generator) for width in {w for _, w in SHAPES}}
@@ -98,15 +99,8 @@ def main(argv: list[str]) -> dict[str, Any]:
             "bf16_kernel": {rows: round(best_kernel[rows] / best_kernel[row_counts[0]], 2) for rows in row_counts},
             "fbgemm_fp16": {rows: round(best_fbgemm[rows] / best_fbgemm[row_counts[0]], 2) for rows in row_counts},
         },
-        "load_average": {"before": list(load_before), "after": list(_load())},
+        "load_average": {"before": load_before, "after": load_average()},
     }
-
-
-def _load() -> tuple[float, float, float]:
-    try:
-        return os.getloadavg()
-    except OSError:
-        return (0.0, 0.0, 0.0)
 
 
 if __name__ == "__main__":

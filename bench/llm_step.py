@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from veriloop.bench import load_average
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -140,7 +141,7 @@ def main(settings: Any, argv: list[str]) -> dict[str, Any]:
         "scripted": decoder.scripted is not None,
         "attention_kernel": decoder.attention_kernel,
         "columns": args.columns,
-        "load_average_before": list(_load()),
+        "load_average_before": load_average(),
     }
     with torch.inference_mode():
         for threads in thread_counts:
@@ -171,15 +172,8 @@ def main(settings: Any, argv: list[str]) -> dict[str, Any]:
                 run["step_ms_fp16_weights"] = {rows: round(value, 2) for rows, value in fp16.items()}
                 run["products_ms_fp16_weights"] = {rows: round(value, 2) for rows, value in fp16_products.items()}
                 run["bf16_kernel_speedup"] = {rows: round(fp16[rows] / step[rows], 2) for rows in row_counts}
-    result["load_average_after"] = list(_load())
+    result["load_average_after"] = load_average()
     return result
-
-
-def _load() -> tuple[float, float, float]:
-    try:
-        return os.getloadavg()
-    except OSError:
-        return (0.0, 0.0, 0.0)
 
 
 if __name__ == "__main__":

@@ -114,7 +114,19 @@ async def test_two_replicas_answer_as_sequential_greedy_and_share_the_prompts(
         await backend.aclose()
 
 
-@pytest.mark.parametrize("weights", ["auto", "float16", "bfloat16"])
+@pytest.mark.parametrize(
+    "weights",
+    [
+        "auto",
+        "float16",
+        pytest.param(
+            "bfloat16",
+            marks=pytest.mark.skipif(
+                not BrainFloatLinear.kernel_available(), reason="this CPU has no bf16 dot products (AVX512-BF16, AMX)"
+            ),
+        ),
+    ],
+)
 async def test_low_precision_weights_stay_close_to_float32(
     real: EmbeddedBackend, model_settings: Settings, weights: str
 ) -> None:
@@ -126,8 +138,6 @@ async def test_low_precision_weights_stay_close_to_float32(
     fast = EmbeddedBackend.from_settings(settings)
     try:
         resolved = resolve_linear_weights(weights)
-        if resolved == "bfloat16" and not BrainFloatLinear.kernel_available():
-            pytest.skip("this CPU has no bf16 dot products")
         assert fast.batcher.decoder.weights == resolved and fast.batcher.decoder.fused_linears == 30 * 7 + 1
         prompts: list[Any] = [user(CODE_PROMPT), "def fibonacci(n):\n"]
         params = SamplingParams(max_tokens=24, logprobs=True)

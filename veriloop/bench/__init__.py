@@ -1,2 +1,13 @@
 """Performance benchmarks run by `veriloop bench NAME`; each measures its baseline in the same
 run and prints one JSON object with the ratios."""
+
+import os
+
+
+def load_average() -> list[float]:
+    """The 1, 5 and 15 minute load averages, rounded (what else ran on the cores while a bench measured);
+    zeros where the platform has none."""
+    try:
+        return [round(value, 2) for value in os.getloadavg()]
+    except OSError:
+        return [0.0, 0.0, 0.0]

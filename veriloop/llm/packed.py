@@ -497,15 +497,13 @@ class PackedDecoder:
         # The output projection takes the decoding rows' kind, except oneDNN's bf16 (slow at a few rows, and a 49k-row
         # weight is bound by reading it): FBGEMM's fp16 weights then. The AVX512-BF16 kernel streams it as fast.
         head_kind = decoding_kind(weights)
-        if head_kind is BrainFloatLinear:
-            head_kind = HalfWeightLinear
-        fused_head = head_kind is not None and head_kind.applies_to([model.lm_head])
-        if fused_head and head_kind is not None:
-            head = head_kind([model.lm_head])
+        head_kind = HalfWeightLinear if head_kind is BrainFloatLinear else head_kind
+        head = head_kind([model.lm_head]) if head_kind is not None and head_kind.applies_to([model.lm_head]) else None
+        if head is not None:
             self.lm_head = lambda x: head(x)[0]
         elif RowAdaptiveLinear.applies_to(model.lm_head):
             self.lm_head = RowAdaptiveLinear(model.lm_head)
-        self.fused_linears = sum(linears.fused for linears in self.linears) + int(fused_head)
+        self.fused_linears = sum(linears.fused for linears in self.linears) + int(head is not None)
         """Linear layers multiplied by low-precision weight copies (0 with float32 weights, or where no kernel can)."""
         self.weights: LinearWeights = weights if self.fused_linears else "float32"
         self.prefill_weights: LinearWeights = prefill_weights if self.fused_linears else "float32"
