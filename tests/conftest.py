@@ -181,6 +181,19 @@ def model_home(model_conversion: ModelConversion) -> Path:
     return model_conversion.home
 
 
+@pytest.fixture
+def scratch_model_home(tmp_path: Path, model_home: Path) -> Path:
+    """A home of this test's own that reads the session's converted model.
+
+    What a test trains lands under its tmp_path, deleted when it passes; in the session home it would stay
+    until the session ends (gigabytes of weights and optimiser state per training).
+    """
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "cache").symlink_to(model_home / "cache", target_is_directory=True)
+    return home
+
+
 @pytest.fixture(scope="session")
 def model_folder(model_conversion: ModelConversion) -> Path:
     """The converted embedded model as a Hugging Face folder."""

@@ -91,10 +91,15 @@ def test_relabelling_points_every_state_of_failed_rollouts_at_the_expert() -> No
 
 @pytest.mark.slow
 @pytest.mark.model
-async def test_one_training_round_trains_registers_and_resumes(tmp_path: Path, model_settings: Settings) -> None:
+async def test_one_training_round_trains_registers_and_resumes(
+    tmp_path: Path, model_settings: Settings, scratch_model_home: Path
+) -> None:
     """Scripted rollouts (both labels), then a real verifier and a real SFT of the embedded model; a rerun skips."""
     settings = model_settings.model_copy(
-        update={"store": model_settings.store.model_copy(update={"url": f"sqlite:///{tmp_path / 'train.db'}"})}
+        update={
+            "paths": model_settings.paths.model_copy(update={"home": scratch_model_home}),
+            "store": model_settings.store.model_copy(update={"url": f"sqlite:///{tmp_path / 'train.db'}"}),
+        }
     )
     replies = iter([f"```python\n{GOOD}\n```", f"```python\n{BAD}\n```"] * 50)
     backend = ScriptedBackend([lambda _prompt: next(replies)], model=settings.llm.model)

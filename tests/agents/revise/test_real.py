@@ -73,13 +73,13 @@ def test_run_revise_with_the_embedded_model(
 @pytest.mark.slow
 @pytest.mark.model
 def test_run_revise_train_with_the_embedded_model(
-    tmp_path: Path, model_home: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, scratch_model_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     database = f"sqlite:///{tmp_path / 'revise-train.db'}"
     code = main(
         [
             "--home",
-            str(model_home),
+            str(scratch_model_home),
             "--database",
             database,
             "run",
@@ -106,7 +106,7 @@ def test_run_revise_train_with_the_embedded_model(
     captured = capsys.readouterr()
     assert code == 0 and json.loads(captured.out)["total"] == 2
     ids = [line.rsplit("checkpoint:", 1)[1] for line in captured.err.splitlines() if line.startswith("stage")]
-    settings = load_settings(paths={"home": model_home}, store={"url": database})
+    settings = load_settings(paths={"home": scratch_model_home}, store={"url": database})
     with TrajectoryStore.from_settings(settings) as store:
         stage1, stage2 = (store.get_model(model_id) for model_id in ids)
     assert stage2.base == stage1.path and Path(stage2.path, "config.json").exists()
