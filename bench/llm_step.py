@@ -130,7 +130,7 @@ def main(settings: Any, argv: list[str]) -> dict[str, Any]:
         max(row_counts),
         decoder.kv_heads,
         decoder.head_dim,
-        dtype=decoder.dtype,
+        dtype=decoder.kv_dtype,
         device=decoder.device,
         max_columns=args.columns + 1,
     )

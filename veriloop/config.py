@@ -96,6 +96,13 @@ class LLMSettings(Section):
         "linear_weights is low-precision and the CPU has bf16 dot products, else linear_weights; float32 goes with "
         "float32 linear_weights only.",
     )
+    kv_dtype: Literal["auto", "float32", "float16"] = Field(
+        "auto",
+        description="What the embedded batcher's full KV cache stores keys and values as (attention sums in float32 "
+        "either way). auto: float16 where decoding rows multiply by low-precision weights and attend through the C++ "
+        "kernel (it reads half the bytes per cached token, the decode step's one cost that grows with each row's "
+        "length), else the model's dtype. Quality against float32 in `veriloop bench llm` under numerics.",
+    )
     cpu_attention_kernel: bool = Field(
         True,
         description="Decoding rows attend through a C++ loop compiled once per machine (about 40 s; twice as fast as "

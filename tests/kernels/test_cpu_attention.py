@@ -1,6 +1,6 @@
 """The C++ decode-attention loop (`veriloop.kernels.cpu_attention`), built for real on this machine: PyTorch's
-attention to float rounding, each row the same bits alone or among others, bad input refused, and a clean
-fall-back where it cannot be built."""
+attention to float rounding (over a float32 or a float16 cache), each row the same bits alone or among others, bad
+input refused, and a clean fall-back where it cannot be built."""
 
 from __future__ import annotations
 
@@ -52,6 +52,33 @@ def test_rows_attend_over_their_own_columns_as_pytorch_does(
     torch.testing.assert_close(out, _reference(q, keys, values, slots, lengths), atol=2e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize(
+    ("heads", "group", "dim", "vectorized"),
+    [(3, 3, 64, True), (2, 8, 32, True), (2, 4, 40, False), (2, 9, 32, False)],
+)
+def test_a_float16_cache_reads_as_its_float32_widening(heads: int, group: int, dim: int, vectorized: bool) -> None:
+    """fp16 keys and values are widened exactly as they are read: the AVX-512 loops give the bits they give on the
+    widened float32 cache; the portable loops may contract a multiply-add differently (last-bit differences)."""
+    keys, values = (buffer.half() for buffer in _buffers(4, heads, 300, dim, seed=dim))
+    q = torch.randn(3, heads, group, dim, generator=torch.Generator().manual_seed(4))
+    slots, lengths = torch.tensor([3, 0, 1]), torch.tensor([300, 1, 129])
+    half = cpu_attention.decode_attention(q, keys, values, slots, lengths, 0.125)
+    widened = cpu_attention.decode_attention(q, keys.float(), values.float(), slots, lengths, 0.125)
+    if vectorized:
+        assert torch.equal(half, widened)
+    torch.testing.assert_close(half, widened, atol=1e-6, rtol=1e-6)
+    expected = torch.cat(
+        [
+            F.scaled_dot_product_attention(
+                q[row : row + 1], keys[slot : slot + 1, :, :length].float(),
+                values[slot : slot + 1, :, :length].float(), scale=0.125,
+            )
+            for row, (slot, length) in enumerate([(3, 300), (0, 1), (1, 129)])
+        ]
+    )  # fmt: skip
+    torch.testing.assert_close(half, expected, atol=2e-6, rtol=1e-5)
+
+
 def test_a_rows_result_does_not_depend_on_the_other_rows() -> None:
     keys, values = _buffers(8, 3, 200, 64, seed=1)
     q = torch.randn(8, 3, 3, 64, generator=torch.Generator().manual_seed(2))
@@ -75,8 +102,12 @@ def test_bad_input_is_refused_not_read_out_of_bounds() -> None:
         cpu_attention.decode_attention(q, keys, values, torch.tensor([0]), torch.tensor([17]), 0.1)
     with pytest.raises(RuntimeError, match="length out of range"):
         cpu_attention.decode_attention(q, keys, values, torch.tensor([0]), torch.tensor([0]), 0.1)
-    with pytest.raises(RuntimeError, match="float32"):
+    with pytest.raises(RuntimeError, match="float32 queries"):
         cpu_attention.decode_attention(q.double(), keys, values, torch.tensor([0]), torch.tensor([4]), 0.1)
+    with pytest.raises(RuntimeError, match="both float32 or both float16"):
+        cpu_attention.decode_attention(q, keys.half(), values, torch.tensor([0]), torch.tensor([4]), 0.1)
+    with pytest.raises(RuntimeError, match="both float32 or both float16"):
+        cpu_attention.decode_attention(q, keys.bfloat16(), values.bfloat16(), torch.tensor([0]), torch.tensor([4]), 0.1)
     with pytest.raises(RuntimeError, match="one slot and length per row"):
         cpu_attention.decode_attention(q, keys, values, torch.tensor([0, 1]), torch.tensor([4]), 0.1)
     with pytest.raises(RuntimeError, match="contiguous key and value rows"):

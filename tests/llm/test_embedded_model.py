@@ -298,6 +298,10 @@ def test_bench_llm_reports_the_ratios(model_settings: Settings, converted: tuple
     assert result["linear_weights"] == weights and set(numerics["perplexity"]) == {"float32", weights}
     assert set(numerics["tokens_per_s"]) == {"float32", weights} and numerics["agreement_tokens"] > 0
     assert 0.9 <= numerics["greedy_token_agreement"] <= 1 and 0.9 < numerics["perplexity_ratio"] < 1.1
+    from veriloop.kernels import cpu_attention
+
+    kv_dtype = "float16" if cpu_attention.load() else "float32"  # auto: fp16 where the kernel widens it as it reads
+    assert result["kv_dtype"] == kv_dtype and numerics["kv_dtype"] == {"float32": "float32", weights: kv_dtype}
     constrained = result["constrained"]
     assert constrained["masked_steps"] > 0 and constrained["mask_ms_per_step"] > 0
     assert (
@@ -308,7 +312,7 @@ def test_bench_llm_reports_the_ratios(model_settings: Settings, converted: tuple
 
 
 @pytest.mark.bwrap
-def test_bench_llm_commvq_live_measures_both_caches(
+def test_bench_llm_commvq_live_measures_each_cache(
     model_settings: Settings, converted: tuple[Path, float], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from veriloop.bench import llm
@@ -333,8 +337,9 @@ def test_bench_llm_commvq_live_measures_both_caches(
         ],
     )["commvq_live"]
     for key in ("kv_bytes_per_token", "max_sequences", "tokens_per_s", "perplexity", "pass_at_1"):
-        assert set(live[key]) == {"full", "commvq"}, key
+        assert set(live[key]) == {"full", "float16", "commvq"}, key
     assert live["kv_bytes_per_token"]["commvq"] * 5 <= live["kv_bytes_per_token"]["full"]
+    assert live["kv_bytes_per_token"]["float16"] * 2 == live["kv_bytes_per_token"]["full"]  # measured, not assumed
     assert live["max_sequences"]["commvq"] > live["max_sequences"]["full"]
     assert all(0 <= share <= 1 for share in live["pass_at_1"].values())
     assert all(len(ids) == round(live["pass_at_1"][name] * 2) for name, ids in live["passed"].items())

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import torch
 
+from veriloop.errors import BackendError
 from veriloop.kernels import cpu_attention
 from veriloop.llm.batcher import ContinuousBatcher, SampleSpec
 from veriloop.llm.kv_cache import QUERY_BLOCK, Chunk, SlotKVCache, StepLayout, lengths_mask
@@ -31,7 +32,7 @@ def model() -> Any:
 def _cache(decoder: PackedDecoder, slots: int = 4, columns: int = 40) -> SlotKVCache:
     cache = SlotKVCache(
         len(decoder.layers), slots, decoder.kv_heads, decoder.head_dim,
-        dtype=decoder.dtype, device=decoder.device, max_columns=columns,
+        dtype=decoder.kv_dtype, device=decoder.device, max_columns=columns,
     )  # fmt: skip
     cache.ensure(columns)
     generator = torch.Generator().manual_seed(7)
@@ -263,10 +264,14 @@ def test_a_prompt_prefills_the_same_in_any_block_aligned_chunks(model: Any, pref
 
 
 @pytest.mark.skipif(not cpu_attention.load(), reason="no working C++ compiler for torch extensions here")
-def test_the_attention_kernel_decodes_as_pytorchs_attention(model: Any) -> None:
-    """The C++ decode attention against PyTorch's, through whole steps (rows out of slot order, a prompt beside)."""
-    fast, sdpa = PackedDecoder(model, "float16"), PackedDecoder(model, "float16", attention_kernel=False)
+@pytest.mark.parametrize("kv_dtype", ["float32", "float16"])
+def test_the_attention_kernel_decodes_as_pytorchs_attention(model: Any, kv_dtype: Any) -> None:
+    """The C++ decode attention against PyTorch's, through whole steps (rows out of slot order, a prompt beside),
+    over a float32 cache and over a float16 one (which PyTorch's kernel reads widened)."""
+    fast = PackedDecoder(model, "float16", kv_dtype=kv_dtype)
+    sdpa = PackedDecoder(model, "float16", attention_kernel=False, kv_dtype=kv_dtype)
     assert fast.attention_kernel and not sdpa.attention_kernel
+    assert fast.kv_dtype == sdpa.kv_dtype == getattr(torch, kv_dtype)
     for slots, lengths, used in LAYOUTS:
         kernel_steps = _steps(fast, _cache(fast), slots, lengths, used)
         for a, b in zip(kernel_steps, _steps(sdpa, _cache(sdpa), slots, lengths, used), strict=True):
@@ -277,6 +282,40 @@ def test_the_attention_kernel_decodes_as_pytorchs_attention(model: Any) -> None:
         a = fast.forward(ids, layout, _cache(fast), torch.arange(9))
         b = sdpa.forward(ids, layout, _cache(sdpa), torch.arange(9))
     torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+def test_the_cache_is_float16_only_beside_low_precision_weights_and_the_kernel(model: Any) -> None:
+    kernel = cpu_attention.load()
+    for weights in ("float16", "bfloat16"):
+        assert PackedDecoder(model, weights).kv_dtype == (torch.float16 if kernel else torch.float32)
+        assert PackedDecoder(model, weights, attention_kernel=False).kv_dtype == torch.float32
+        assert PackedDecoder(model, weights, kv_dtype="float32").kv_dtype == torch.float32
+    assert PackedDecoder(model, "float32").kv_dtype == torch.float32  # the exact path stays exact
+    assert PackedDecoder(model, "float32", kv_dtype="float16").kv_dtype == torch.float16  # asked for: honoured
+    with pytest.raises(BackendError, match="kv dtype 'bfloat16'"):
+        PackedDecoder(model, "float16", kv_dtype="bfloat16")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kernel", [True, False])
+def test_a_float16_cache_answers_the_same_at_every_concurrency(kernel: bool) -> None:
+    """Greedy answers over a float16 cache, through the kernel or PyTorch's attention, alone and four at a time."""
+    model, tokenizer = tiny_causal_lm(seed=6)
+    prompts = ["def add(a, b):", "hello", "x" * 30, "The quick brown fox", "abc", "import os"]
+    answers = []
+    for slots in (1, 4):
+        decoder = PackedDecoder(model, "float16", attention_kernel=kernel, kv_dtype="float16")
+        batcher = ContinuousBatcher(model, tokenizer, max_batch_size=slots, decoder=decoder)
+        try:
+            futures = [
+                batcher.submit(tokenizer(prompt)["input_ids"], [SampleSpec(max_tokens=10 + 4 * index)])[0]
+                for index, prompt in enumerate(prompts)
+            ]
+            answers.append([future.result(timeout=60).token_ids for future in futures])
+            cache = batcher.cache
+            assert isinstance(cache, SlotKVCache) and cache.keys[0].dtype == torch.float16
+        finally:
+            batcher.close()
+    assert answers[0] == answers[1]
 
 
 def test_another_cache_takes_the_python_loop(model: Any) -> None:

@@ -75,7 +75,7 @@ from veriloop.llm.embedded import (
     load_model_folder,
     set_torch_threads,
 )
-from veriloop.llm.packed import LinearWeights, default_prefill_weights, resolve_linear_weights
+from veriloop.llm.packed import KVDtype, LinearWeights, default_prefill_weights, resolve_linear_weights
 from veriloop.llm.replicas import replica_count
 from veriloop.records import Completion, SamplingParams
 
@@ -189,6 +189,7 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
         slots: int = args.concurrency,
         cache_factory: CacheFactory | None = None,
         weights: LinearWeights = args.weights_in_runs,
+        kv_dtype: KVDtype = settings.llm.kv_dtype,
     ) -> EmbeddedBackend:
         # A new batcher per run: its prefix cache must not carry one run's prompts into the next.
         return EmbeddedBackend(
@@ -201,6 +202,7 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
             linear_weights=weights,
             replicas=settings.llm.replicas,
             prefill_weights=None if weights == "float32" or prefill == "auto" else prefill,  # float32 goes alone
+            kv_dtype=kv_dtype,
         )
 
     seconds: dict[str, float] = {}
@@ -210,6 +212,7 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
     tokens: dict[str, int] = {}
     outputs: dict[str, list[Completion]] = {}
     warm = fresh_backend()
+    kv_dtype = _dtype_name(warm.batcher.decoder.kv_dtype)
     try:
         asyncio.run(_through_backend(warm, ["def warm_up():\n"], params.model_copy(update={"max_tokens": 4}), 1))
     finally:
@@ -260,6 +263,7 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
         "dtype": settings.llm.dtype,
         "linear_weights": args.weights_in_runs,
         "prefill_weights": default_prefill_weights(args.weights_in_runs) if prefill == "auto" else prefill,
+        "kv_dtype": kv_dtype,
         "repeat": max(args.repeat, 1),
         "load_average": {"before": load_before, "after": load_average(), "cpus": os.cpu_count()},
         "tokens_per_s": {name: round(rate, 2) for name, rate in rates.items()},
@@ -302,6 +306,10 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
             a.text == b for a, b in zip(one, generate_texts, strict=True)
         )
     return result
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def _per_step(stats: dict[str, float | int]) -> dict[str, float]:
@@ -389,6 +397,7 @@ def _numerics(
     _progress(f"numerics: perplexity {perplexity}, greedy agreement {agreement:.4f}")
     return {
         "prefill_weights": {weights: backend.batcher.decoder.prefill_weights for weights, backend in backends.items()},
+        "kv_dtype": {weights: _dtype_name(backend.batcher.decoder.kv_dtype) for weights, backend in backends.items()},
         "tokens_per_s": {weights: round(tokens / seconds, 2) for weights, (_, seconds, tokens) in ran.items()},
         "perplexity": perplexity,
         "perplexity_ratio": round(ratio, 4),
@@ -468,7 +477,10 @@ def _commvq_live(
     args: argparse.Namespace,
     fresh_backend: Any,
 ) -> dict[str, Any]:
-    """Full vs CommVQ cache on the live batcher: bytes/token, sequences per budget, tokens/s, perplexity."""
+    """Full-precision vs CommVQ cache on the live batcher: bytes/token, sequences per budget, tokens/s, perplexity.
+
+    `float16` is the full cache at the element type `llm.kv_dtype = auto` picks beside low-precision weights.
+    """
     _progress("commvq_live: loading or fitting the CommVQ codebooks")
     commvq = commvq_for(model, tokenizer, settings, folder)
     contexts, answers = _canonical(tokenizer, len(prompts), args.ppl_tokens)
@@ -481,8 +493,13 @@ def _commvq_live(
     }
     passed: dict[str, list[str]] = {}
     budget = args.kv_budget_mib * (1 << 20)
-    for name, factory in (("full", None), ("commvq", commvq_cache_factory(commvq))):
-        backend = fresh_backend(args.concurrency, factory)
+    caches: list[tuple[str, CacheFactory | None, KVDtype]] = [
+        ("full", None, "float32"),
+        ("float16", None, "float16"),
+        ("commvq", commvq_cache_factory(commvq), "auto"),
+    ]
+    for name, factory, kv_dtype in caches:
+        backend = fresh_backend(args.concurrency, factory, args.weights_in_runs, kv_dtype)
         try:
             start = time.perf_counter()
             completions = asyncio.run(_through_backend(backend, prompts, params, args.concurrency))
@@ -502,6 +519,7 @@ def _commvq_live(
     full, vq = out["kv_bytes_per_token"]["full"], out["kv_bytes_per_token"]["commvq"]
     result: dict[str, Any] = dict(out)
     result["bytes_ratio"] = round(full / vq, 2)
+    result["bytes_ratio_vs_float16"] = round(out["kv_bytes_per_token"]["float16"] / vq, 2)
     result["perplexity_ratio"] = round(out["perplexity"]["commvq"] / out["perplexity"]["full"], 4)
     result["mean_sequence_tokens"] = "prompt + completion of the bench prompts"
     result["passed"] = passed

@@ -41,16 +41,17 @@ namespace {
 
 constexpr int64_t kLanes = 16;
 
-// One dot product of two `d`-wide rows, summed in kLanes partial sums then in a fixed order.
-inline float dot(const float* a, const float* b, int64_t d) {
+// One dot product of two `d`-wide rows (the second float or half), in kLanes partial sums then in a fixed order.
+template <typename T>
+inline float dot(const float* a, const T* b, int64_t d) {
   float lanes[kLanes] = {0.f};
   int64_t c = 0;
   for (; c + kLanes <= d; c += kLanes) {
-    for (int64_t l = 0; l < kLanes; ++l) lanes[l] += a[c + l] * b[c + l];
+    for (int64_t l = 0; l < kLanes; ++l) lanes[l] += a[c + l] * static_cast<float>(b[c + l]);
   }
   float total = 0.f;
   for (int64_t l = 0; l < kLanes; ++l) total += lanes[l];
-  for (; c < d; ++c) total += a[c] * b[c];
+  for (; c < d; ++c) total += a[c] * static_cast<float>(b[c]);
   return total;
 }
 
@@ -101,20 +102,28 @@ inline float total(const float* x, int64_t count) {
 }
 
 #if defined(__AVX512F__)
-constexpr int64_t kAhead = 32;  // key rows fetched ahead (32 x 256 bytes at the embedded model's width)
+constexpr int64_t kAhead = 32;  // key rows fetched ahead (32 x 256 bytes at the embedded model's width in float)
 
-inline void prefetch_row(const float* row, int64_t d) {
-  for (int64_t c = 0; c < d; c += 16) _mm_prefetch(reinterpret_cast<const char*>(row + c), _MM_HINT_T0);
+// 16 cached values as floats: a plain load, or fp16 widened by one instruction (`vcvtph2ps`, exact).
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const at::Half* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+template <typename T>
+inline void prefetch_row(const T* row, int64_t d) {
+  constexpr int64_t per_line = 64 / sizeof(T);
+  for (int64_t c = 0; c < d; c += per_line) _mm_prefetch(reinterpret_cast<const char*>(row + c), _MM_HINT_T0);
 }
 
 // Scores of a query group (G queries, `d` a multiple of 16) against `length` keys: each score's 16 lane partial
 // sums then a fixed reduction tree (`_mm512_reduce_add_ps`), with every key row read once for the group.
-template <int G>
-void group_scores(const float* queries, const float* key_rows, int64_t key_stride, const float* value_rows,
+template <int G, typename T>
+void group_scores(const float* queries, const T* key_rows, int64_t key_stride, const T* value_rows,
                   int64_t value_stride, int64_t length, int64_t d, float factor, float* scores) {
   for (int64_t j = 0; j < kAhead && j < length; ++j) prefetch_row(key_rows + j * key_stride, d);
   for (int64_t j = 0; j < length; ++j) {
-    const float* key = key_rows + j * key_stride;
+    const T* key = key_rows + j * key_stride;
     // The cache lives in memory, not in the core's caches (a step streams the weights between layers), and the
     // hardware prefetcher stops at each 4 KiB page: fetch keys a few pages ahead, and this column's value now.
     if (j + kAhead < length) prefetch_row(key_rows + (j + kAhead) * key_stride, d);
@@ -123,7 +132,7 @@ void group_scores(const float* queries, const float* key_rows, int64_t key_strid
 #pragma GCC unroll 8
     for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
     for (int64_t c = 0; c < d; c += 16) {
-      const __m512 k = _mm512_loadu_ps(key + c);
+      const __m512 k = load16(key + c);
 #pragma GCC unroll 8
       for (int g = 0; g < G; ++g) acc[g] = _mm512_fmadd_ps(_mm512_loadu_ps(queries + g * d + c), k, acc[g]);
     }
@@ -133,15 +142,15 @@ void group_scores(const float* queries, const float* key_rows, int64_t key_strid
 }
 
 // out[g] = sum over j of weights[g][j] * value j, 16 columns at a time, summed in column order j = 0, 1, ...
-template <int G>
-void group_values(const float* weights, const float* value_rows, int64_t value_stride, int64_t length, int64_t d,
+template <int G, typename T>
+void group_values(const float* weights, const T* value_rows, int64_t value_stride, int64_t length, int64_t d,
                   float* out) {
   for (int64_t c = 0; c < d; c += 16) {
     __m512 acc[G];
 #pragma GCC unroll 8
     for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
     for (int64_t j = 0; j < length; ++j) {
-      const __m512 v = _mm512_loadu_ps(value_rows + j * value_stride + c);
+      const __m512 v = load16(value_rows + j * value_stride + c);
 #pragma GCC unroll 8
       for (int g = 0; g < G; ++g) acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(weights[g * length + j]), v, acc[g]);
     }
@@ -166,24 +175,14 @@ void group_values(const float* weights, const float* value_rows, int64_t value_s
 
 }  // namespace
 
-// q (rows, kv_heads, group, d); keys, values (slots, kv_heads, capacity, d), last dim contiguous;
-// slots, lengths (rows,) int64: row r attends over columns [0, lengths[r]) of slot slots[r].
-at::Tensor decode_attention(const at::Tensor& q_in, const at::Tensor& keys, const at::Tensor& values,
-                            const at::Tensor& slots_in, const at::Tensor& lengths_in, double scale) {
-  TORCH_CHECK(q_in.dim() == 4 && keys.dim() == 4 && values.dim() == 4, "decode_attention: 4-d q, keys, values");
-  TORCH_CHECK(q_in.scalar_type() == at::kFloat && keys.scalar_type() == at::kFloat &&
-                  values.scalar_type() == at::kFloat, "decode_attention: float32 tensors");
-  TORCH_CHECK(keys.stride(3) == 1 && values.stride(3) == 1, "decode_attention: contiguous key and value rows");
-  const auto q = q_in.contiguous();
-  const auto slots = slots_in.to(at::kLong).contiguous();
-  const auto lengths = lengths_in.to(at::kLong).contiguous();
+// The loop of `decode_attention` over a cache of element type T (float, or at::Half widened as it is read).
+template <typename T>
+void attend_rows(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, const at::Tensor& slots,
+                 const at::Tensor& lengths, double scale, at::Tensor& out) {
   const int64_t rows = q.size(0), heads = q.size(1), group = q.size(2), d = q.size(3);
-  TORCH_CHECK(keys.size(1) == heads && keys.size(3) == d && values.sizes() == keys.sizes(), "decode_attention: shapes");
-  TORCH_CHECK(slots.numel() == rows && lengths.numel() == rows, "decode_attention: one slot and length per row");
-  auto out = at::empty_like(q);
   const float* qp = q.data_ptr<float>();
-  const float* kp = keys.data_ptr<float>();
-  const float* vp = values.data_ptr<float>();
+  const T* kp = keys.data_ptr<T>();
+  const T* vp = values.data_ptr<T>();
   const int64_t* sp = slots.data_ptr<int64_t>();
   const int64_t* lp = lengths.data_ptr<int64_t>();
   float* op = out.data_ptr<float>();
@@ -201,19 +200,19 @@ at::Tensor decode_attention(const at::Tensor& q_in, const at::Tensor& keys, cons
     scores.resize(group * length);
     for (int64_t h = 0; h < heads; ++h) {
       const float* queries = qp + (r * heads + h) * group * d;
-      const float* key_rows = kp + slot * keys.stride(0) + h * keys.stride(1);
-      const float* value_rows = vp + slot * values.stride(0) + h * values.stride(1);
+      const T* key_rows = kp + slot * keys.stride(0) + h * keys.stride(1);
+      const T* value_rows = vp + slot * values.stride(0) + h * values.stride(1);
       float* o_group = op + (r * heads + h) * group * d;
       if (vectorized) {
 #if defined(__AVX512F__)
 #define VERILOOP_SCORES(G) \
-  group_scores<G>(queries, key_rows, keys.stride(2), value_rows, values.stride(2), length, d, factor, scores.data())
+  group_scores<G, T>(queries, key_rows, keys.stride(2), value_rows, values.stride(2), length, d, factor, scores.data())
         VERILOOP_GROUPS(VERILOOP_SCORES)
 #undef VERILOOP_SCORES
 #endif
       } else {
         for (int64_t j = 0; j < length; ++j) {
-          const float* key = key_rows + j * keys.stride(2);
+          const T* key = key_rows + j * keys.stride(2);
           for (int64_t g = 0; g < group; ++g) scores[g * length + j] = dot(queries + g * d, key, d) * factor;
         }
       }
@@ -226,7 +225,7 @@ at::Tensor decode_attention(const at::Tensor& q_in, const at::Tensor& keys, cons
       }
       if (vectorized) {
 #if defined(__AVX512F__)
-#define VERILOOP_VALUES(G) group_values<G>(scores.data(), value_rows, values.stride(2), length, d, o_group)
+#define VERILOOP_VALUES(G) group_values<G, T>(scores.data(), value_rows, values.stride(2), length, d, o_group)
         VERILOOP_GROUPS(VERILOOP_VALUES)
 #undef VERILOOP_VALUES
 #endif
@@ -236,12 +235,36 @@ at::Tensor decode_attention(const at::Tensor& q_in, const at::Tensor& keys, cons
           float* o = o_group + g * d;
           std::fill(o, o + d, 0.f);
           for (int64_t j = 0; j < length; ++j) {
-            const float* value = value_rows + j * values.stride(2);
-            for (int64_t c = 0; c < d; ++c) o[c] += s[j] * value[c];
+            const T* value = value_rows + j * values.stride(2);
+            for (int64_t c = 0; c < d; ++c) o[c] += s[j] * static_cast<float>(value[c]);
           }
         }
       }
     }
+  }
+}
+
+// q (rows, kv_heads, group, d) float32; keys, values (slots, kv_heads, capacity, d), both float32 or both float16,
+// last dim contiguous; slots, lengths (rows,) int64: row r attends over columns [0, lengths[r]) of slot slots[r].
+at::Tensor decode_attention(const at::Tensor& q_in, const at::Tensor& keys, const at::Tensor& values,
+                            const at::Tensor& slots_in, const at::Tensor& lengths_in, double scale) {
+  TORCH_CHECK(q_in.dim() == 4 && keys.dim() == 4 && values.dim() == 4, "decode_attention: 4-d q, keys, values");
+  TORCH_CHECK(q_in.scalar_type() == at::kFloat, "decode_attention: float32 queries");
+  TORCH_CHECK(keys.scalar_type() == values.scalar_type() &&
+                  (keys.scalar_type() == at::kFloat || keys.scalar_type() == at::kHalf),
+              "decode_attention: keys and values both float32 or both float16");
+  TORCH_CHECK(keys.stride(3) == 1 && values.stride(3) == 1, "decode_attention: contiguous key and value rows");
+  const auto q = q_in.contiguous();
+  const auto slots = slots_in.to(at::kLong).contiguous();
+  const auto lengths = lengths_in.to(at::kLong).contiguous();
+  const int64_t rows = q.size(0), heads = q.size(1), d = q.size(3);
+  TORCH_CHECK(keys.size(1) == heads && keys.size(3) == d && values.sizes() == keys.sizes(), "decode_attention: shapes");
+  TORCH_CHECK(slots.numel() == rows && lengths.numel() == rows, "decode_attention: one slot and length per row");
+  auto out = at::empty_like(q);
+  if (keys.scalar_type() == at::kHalf) {
+    attend_rows<at::Half>(q, keys, values, slots, lengths, scale, out);
+  } else {
+    attend_rows<float>(q, keys, values, slots, lengths, scale, out);
   }
   return out;
 }

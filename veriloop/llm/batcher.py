@@ -874,7 +874,7 @@ def _full_cache(decoder: PackedDecoder, slots: int, max_columns: int) -> KVStore
         slots,
         decoder.kv_heads,
         decoder.head_dim,
-        dtype=decoder.dtype,
+        dtype=decoder.kv_dtype,
         device=decoder.device,
         max_columns=max_columns,
     )

@@ -39,7 +39,7 @@ from veriloop.errors import BackendError, ConfigError
 from veriloop.llm.base import StreamDelta
 from veriloop.llm.batcher import CacheFactory, ContinuousBatcher, RowOutput, SampleSpec, SpeculativePrefill
 from veriloop.llm.kv_cache import KVStore
-from veriloop.llm.packed import LinearWeights, PackedDecoder, resolve_linear_weights
+from veriloop.llm.packed import KVDtype, LinearWeights, PackedDecoder, resolve_linear_weights
 from veriloop.llm.replicas import BatcherReplicas, replica_count, split_slots
 from veriloop.records import Completion, Message, Prompt, SamplingParams, Usage
 
@@ -391,6 +391,7 @@ class EmbeddedBackend:
         script_decode: bool = True,
         prefill_weights: LinearWeights | None = None,
         attention_kernel: bool = True,
+        kv_dtype: KVDtype = "auto",
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -407,6 +408,7 @@ class EmbeddedBackend:
             script=script_decode,
             prefill_weights=prefill_weights,
             attention_kernel=attention_kernel,
+            kv_dtype=kv_dtype,
         )
         batchers: list[ContinuousBatcher] = []
         for index, slots in enumerate(split_slots(max_batch_size, count)):
@@ -443,6 +445,7 @@ class EmbeddedBackend:
             script_decode=settings.llm.script_decode,
             prefill_weights=None if settings.llm.prefill_weights == "auto" else settings.llm.prefill_weights,
             attention_kernel=settings.llm.cpu_attention_kernel,
+            kv_dtype=settings.llm.kv_dtype,
         )
         backend.kernels = kernels
         return backend

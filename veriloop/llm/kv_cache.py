@@ -131,8 +131,8 @@ def slot_decode_attention(
 
     A plain function, so the Python loop and the scripted layers (`veriloop.llm.scripted`) run one code.
     """
-    cached_keys = keys[:used, :, :longest]
-    cached_values = values[:used, :, :longest]
+    cached_keys = keys[:used, :, :longest].to(q.dtype)  # a float16 cache widens here (PyTorch's kernel wants one dtype)
+    cached_values = values[:used, :, :longest].to(q.dtype)
     if in_order:
         full = q
     else:
@@ -178,7 +178,11 @@ def slot_chunk_attention(
         queries = q[first - start : last - start].permute(1, 2, 0, 3).reshape(1, heads, group * size, dim)
         mask = causal_chunk_mask(first, size, group, q.device)
         attended = F.scaled_dot_product_attention(
-            queries, keys[slot : slot + 1, :, :last], values[slot : slot + 1, :, :last], attn_mask=mask, scale=scale
+            queries,
+            keys[slot : slot + 1, :, :last].to(q.dtype),
+            values[slot : slot + 1, :, :last].to(q.dtype),
+            attn_mask=mask,
+            scale=scale,
         )
         out[first - start : last - start] = attended.view(heads, group, size, dim).permute(2, 0, 1, 3)
         first = last
@@ -186,7 +190,11 @@ def slot_chunk_attention(
 
 
 class SlotKVCache:
-    """Keys (after RoPE) and values per layer in buffers of shape (slots, kv_heads, capacity, head_dim)."""
+    """Keys (after RoPE) and values per layer in buffers of shape (slots, kv_heads, capacity, head_dim).
+
+    `dtype` may be narrower than the model's (`PackedDecoder.kv_dtype`): values are rounded as they are written
+    and widened as attention reads them.
+    """
 
     def __init__(
         self,

@@ -50,6 +50,7 @@ from veriloop.llm.scripted import ScriptedLayers, rotate_half
 SUPPORTED = ("llama", "mistral", "qwen2")
 
 LinearWeights = Literal["float32", "float16", "bfloat16"]
+KVDtype = Literal["auto", "float32", "float16"]
 """Weights the packed forward's linear layers multiply by on the CPU: float32; fp16 copies (activations stay
 float32); bf16 copies with the activations rounded to bf16 (sums in float32)."""
 
@@ -464,8 +465,11 @@ class PackedDecoder:
         script: bool = True,
         prefill_weights: LinearWeights | None = None,
         attention_kernel: bool = True,
+        kv_dtype: KVDtype = "auto",
     ) -> None:
         prefill_weights = default_prefill_weights(weights) if prefill_weights is None else prefill_weights
+        if kv_dtype not in ("auto", "float32", "float16"):
+            raise BackendError(f"kv dtype {kv_dtype!r}: auto, float32 or float16")
         for name, value in (("linear weights", weights), ("prefill weights", prefill_weights)):
             if value not in ("float32", *FUSED):
                 raise BackendError(f"{name} {value!r}: float32, float16 or bfloat16")
@@ -519,10 +523,19 @@ class PackedDecoder:
             attention_kernel and self.device.type == "cpu" and self.dtype == torch.float32 and cpu_attention.load()
         )
         """Decoding rows over a `SlotKVCache` attend through `veriloop.kernels.cpu_attention` (else PyTorch's SDPA)."""
+        self.kv_dtype = self._kv_dtype(kv_dtype)
+        """What a `SlotKVCache` of this decoder stores keys and values as (attention computes in `dtype`)."""
         self.scripted = ScriptedLayers.build(self) if script else None
         """Steps over a `SlotKVCache` run their layers here (see `scripted`), when it applies."""
         self.scripted_steps = 0
         """Steps whose layers ran in `scripted` (replicas sharing this decoder add up here)."""
+
+    def _kv_dtype(self, setting: KVDtype) -> torch.dtype:
+        """`auto`: float16 where decoding rows already multiply by low-precision weights and attend through the C++
+        kernel, which widens each fp16 value as it reads it; else the model's dtype (the exact float32 path)."""
+        if setting == "auto":
+            return torch.float16 if self.attention_kernel and self.weights != "float32" else self.dtype
+        return torch.float16 if setting == "float16" else torch.float32
 
     def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The rotary embedding's (cos, sin), each (N, head_dim), at `positions` (N,)."""
