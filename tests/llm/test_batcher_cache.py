@@ -16,6 +16,7 @@ from veriloop.llm.batcher import ContinuousBatcher, SampleSpec, SpeculativePrefi
 from veriloop.llm.commvq_cache import CommVQSlotCache
 from veriloop.llm.embedded import commvq_cache_factory
 from veriloop.llm.kv_cache import QUERY_BLOCK, SlotKVCache, causal_chunk_mask, slot_chunk_attention
+from veriloop.llm.packed import PackedDecoder
 
 PROMPTS = ["def add(a, b):", "hello there", "x" * 40, "The quick brown fox jumps"]
 
@@ -397,9 +398,18 @@ def test_a_prompts_attention_is_the_same_however_its_chunks_were_cut(length: int
             assert torch.equal(part, whole[cut:end]), (cut, end)
 
 
-def test_chunks_end_on_attention_blocks_and_prefixes_are_reused_in_whole_blocks(tiny: tuple[Any, Any]) -> None:
+@pytest.mark.parametrize("kernel", [False, True])
+def test_chunks_end_on_attention_blocks_and_prefixes_are_reused_in_whole_blocks(
+    tiny: tuple[Any, Any], kernel: bool
+) -> None:
+    """PyTorch's attention sums a block of queries at once: chunks and reused prefixes keep to whole blocks. The C++
+    kernel attends token by token: a chunk may end anywhere, and a prefix is reused whole."""
     model, tokenizer = tiny
-    batcher = ContinuousBatcher(model, tokenizer, max_batch_size=2, eos_token_ids=[], prefill_chunk=40)
+    decoder = PackedDecoder(model, attention_kernel=kernel)
+    if kernel and not decoder.attention_kernel:
+        pytest.skip("no working C++ compiler for torch extensions here")
+    batcher = ContinuousBatcher(model, tokenizer, max_batch_size=2, eos_token_ids=[], prefill_chunk=40, decoder=decoder)
+    assert batcher.block == (1 if kernel else QUERY_BLOCK)
     starts: list[tuple[int, int]] = []
     forward = batcher.decoder.forward
 
@@ -414,11 +424,13 @@ def test_chunks_end_on_attention_blocks_and_prefixes_are_reused_in_whole_blocks(
         first = batcher.submit(prefix + [7] * 70, [SampleSpec(max_tokens=2)])[0].result(timeout=120)
         second = batcher.submit(prefix + [9] * 30, [SampleSpec(max_tokens=2)])[0].result(timeout=120)
         running.result(timeout=120)
-        assert batcher.prefix_hits == 32  # 45 shared tokens, reused up to the last whole block
+        assert batcher.prefix_hits == (45 if kernel else 32)  # 45 shared tokens, reused up to the last whole block
         assert first.token_ids == reference_greedy(model, prefix + [7] * 70, 2)
         assert second.token_ids == reference_greedy(model, prefix + [9] * 30, 2)
         long_chunks = [(start, count) for start, count in starts if count > 8]
-        assert long_chunks and all(start % QUERY_BLOCK == 0 for start, _ in long_chunks)
+        assert long_chunks and all(start % batcher.block == 0 for start, _ in long_chunks)
+        if kernel:
+            assert (45, 30) in long_chunks  # the second prompt resumed mid-block
     finally:
         batcher.close()
 
@@ -432,14 +444,17 @@ def test_a_chunk_never_cuts_an_attention_block_whatever_budget_is_left() -> None
         return SimpleNamespace(width=width, done=done)
 
     first, cut, cut_later, short = group(30), group(100), group(50, done=16), group(5)
-    planner = SimpleNamespace(prefill_chunk=40, _prefilling=[first, cut, cut_later, short])
+    planner = SimpleNamespace(prefill_chunk=40, block=QUERY_BLOCK, _prefilling=[first, cut, cut_later, short])
     chunks, finishing = ContinuousBatcher._plan_chunks(planner, decoding=True)  # type: ignore[arg-type]
     assert chunks == [(first, 30), (short, 5)] and finishing == [first, short]
     for group_, count in chunks:
         assert (group_.done + count) % QUERY_BLOCK == 0 or group_.done + count == group_.width
-    planner = SimpleNamespace(prefill_chunk=40, _prefilling=[cut, cut_later])
+    planner = SimpleNamespace(prefill_chunk=40, block=QUERY_BLOCK, _prefilling=[cut, cut_later])
     chunks, _ = ContinuousBatcher._plan_chunks(planner, decoding=True)  # type: ignore[arg-type]
     assert chunks == [(cut, 32)]  # 40 rounded down to a block end; 8 left cannot reach the next one's
-    tiny_budget = SimpleNamespace(prefill_chunk=8, _prefilling=[group(100)])
+    tiny_budget = SimpleNamespace(prefill_chunk=8, block=QUERY_BLOCK, _prefilling=[group(100)])
     chunks, _ = ContinuousBatcher._plan_chunks(tiny_budget, decoding=True)  # type: ignore[arg-type]
     assert [count for _, count in chunks] == [8]  # below a block: progress rather than wait forever
+    token_by_token = SimpleNamespace(prefill_chunk=40, block=1, _prefilling=[cut, cut_later])  # the C++ kernel's
+    chunks, _ = ContinuousBatcher._plan_chunks(token_by_token, decoding=True)  # type: ignore[arg-type]
+    assert chunks == [(cut, 40)]  # the whole budget: no block to keep whole

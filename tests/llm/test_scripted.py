@@ -245,11 +245,15 @@ def test_decoding_rows_answer_the_same_beside_a_bf16_prompt(model: Any, script: 
 @pytest.mark.parametrize("prefill", PREFILL)
 @pytest.mark.parametrize("script", [True, False])
 def test_a_prompt_prefills_the_same_in_any_block_aligned_chunks(model: Any, prefill: Any, script: bool) -> None:
-    """One chunk, or chunks ending on attention blocks (a reused prefix, a step's budget): the same cache and logits."""
+    """One chunk, or chunks ending on attention blocks (a reused prefix, a step's budget): the same cache and logits.
+    Through the C++ kernel, which attends token by token, chunks that end anywhere too."""
     decoder = PackedDecoder(model, "float16", script=script, prefill_weights=prefill)
     ids = torch.tensor([(11 * index + 5) % 250 for index in range(45)])
     results = []
-    for cuts in ([45], [QUERY_BLOCK, 45], [2 * QUERY_BLOCK, 45], [QUERY_BLOCK, 2 * QUERY_BLOCK, 45]):
+    splits = [[45], [QUERY_BLOCK, 45], [2 * QUERY_BLOCK, 45], [QUERY_BLOCK, 2 * QUERY_BLOCK, 45]]
+    if decoder.attention_kernel:
+        splits += [[7, 45], [5, 23, 44, 45], [1, 2, 45]]
+    for cuts in splits:
         cache = _cache(decoder, slots=2, columns=48)
         start = 0
         with torch.inference_mode():

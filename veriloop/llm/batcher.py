@@ -40,9 +40,10 @@ several times faster at a few rows than MKL's float32 products on this CPU, and 
 bf16 copies where the CPU has bf16 dot products (`default_prefill_weights`: twice as fast on a
 prompt chunk); greedy outputs then
 equal float32's up to the rounding, which `veriloop bench llm` measures (`numerics`). With float32
-weights (the constructor's default) greedy outputs equal sequential greedy decoding in fp32. Chunks
-end, and reused prefixes stop, on multiples of `QUERY_BLOCK`, so a prompt's prefill gives the same
-bits however it was split.
+weights (the constructor's default) greedy outputs equal sequential greedy decoding in fp32. A
+prompt's prefill gives the same bits however it was split: through the C++ attention kernel each
+token attends on its own, and through PyTorch's, chunks end and reused prefixes stop on multiples of
+`QUERY_BLOCK` (`block`).
 """
 
 from __future__ import annotations
@@ -268,6 +269,8 @@ class ContinuousBatcher:
             column_major_linears(model)
         make_cache = cache_factory or _full_cache
         self.cache: KVStore = make_cache(self.decoder, max_batch_size, self.max_context)
+        self.block = 1 if self.decoder.attention_kernel and type(self.cache) is SlotKVCache else QUERY_BLOCK
+        """Prompt positions whose attention is one call: chunks end, and reused prefixes stop, on multiples of it."""
         self.stats = StepStats()
         self.prefix_hits = 0
         """Prompt tokens whose prefill was skipped because a recent prompt began the same way."""
@@ -650,7 +653,7 @@ class ContinuousBatcher:
                 # the prompt would answer differently than when read alone. Where the budget left cannot reach
                 # the next block end, the prompt waits for the next step, unless nothing else is read in this
                 # one (a `prefill_chunk` below `QUERY_BLOCK`: progress over same-bits).
-                aligned = count - (group.done + count) % QUERY_BLOCK
+                aligned = count - (group.done + count) % self.block
                 if aligned > 0:
                     count = aligned
                 elif chunks:
@@ -768,7 +771,7 @@ class ContinuousBatcher:
                 shared += 1
             if shared > best:
                 best, best_key = shared, tokens
-        best -= best % QUERY_BLOCK  # resume on an attention block, as an unbroken prefill would run it
+        best -= best % self.block  # resume on an attention block, as an unbroken prefill would run it
         if best_key is None or best < _MIN_PREFIX_REUSE:
             return 0, []
         self._prefixes.move_to_end(best_key)

@@ -564,14 +564,17 @@ class PackedDecoder:
 
         slot_cache = cache if type(cache) is SlotKVCache else None  # exactly this class: not CommVQ's
         decoding = layout.decode > 0
-        kernel = self.attention_kernel and slot_cache is not None and decoding
-        row_lengths = layout.decode_lengths[layout.decode_slots] if kernel else layout.decode_slots
+        # The kernel attends every token of the step in one call, prompt tokens too: each over its slot's columns up
+        # to its own (a decoding row's last, a prompt token's causal end), so no masks and no chunk boundaries.
+        kernel = self.attention_kernel and slot_cache is not None
+        attending = layout.slots if kernel else layout.decode_slots
+        lengths = layout.columns + 1 if kernel else layout.decode_slots  # the second is read by no one
         if self.scripted is not None and slot_cache is not None:
             x = self.scripted.current()(
                 x, q_cos, q_sin, k_cos, k_sin, slot_cache.keys, slot_cache.values,
                 layout.slots, layout.columns,
                 decode_mask(layout, self.device) if decoding and not kernel else layout.columns,  # read by SDPA only
-                layout.decode_slots, row_lengths, layout.slots_used,
+                attending, lengths, layout.slots_used,
                 (layout.longest or int(layout.decode_lengths.max())) if decoding else 0,
                 layout.in_order, layout.decode,
                 [(chunk.slot, chunk.start, chunk.count, chunk.offset) for chunk in layout.chunks],
@@ -588,20 +591,16 @@ class PackedDecoder:
             q = q * q_cos + rotate_half(q) * q_sin
             cache.write(index, layout, keys, values, rope_keys)
 
-            def attend(queries: torch.Tensor, index: int = index) -> torch.Tensor:
-                if kernel and slot_cache is not None:
-                    return cpu_attention.decode_attention(
-                        queries, slot_cache.keys[index], slot_cache.values[index], layout.decode_slots, row_lengths,
-                        self.scale,
-                    )  # fmt: skip
-                return cache.decode_attention(index, layout, queries, self.scale)
-
-            if layout.decode == n:
-                out = attend(q)
+            if kernel and slot_cache is not None:
+                out = cpu_attention.decode_attention(
+                    q, slot_cache.keys[index], slot_cache.values[index], attending, lengths, self.scale
+                )
+            elif layout.decode == n:
+                out = cache.decode_attention(index, layout, q, self.scale)
             else:
                 out = torch.empty_like(q)
                 if layout.decode:
-                    out[: layout.decode] = attend(q[: layout.decode])
+                    out[: layout.decode] = cache.decode_attention(index, layout, q[: layout.decode], self.scale)
                 for chunk in layout.chunks:
                     part = slice(chunk.offset, chunk.offset + chunk.count)
                     out[part] = cache.chunk_attention(index, chunk, q[part], self.scale)

@@ -67,12 +67,15 @@ class SdpaDecodeAttention(torch.nn.Module):
         return slot_decode_attention(q, keys, values, mask, decode_slots, used, longest, in_order, self.scale)
 
 
-class KernelDecodeAttention(SdpaDecodeAttention):
-    """Decoding rows' attention by the C++ loop (`veriloop.kernels.cpu_attention`), over each row's own columns.
+class KernelAttention(SdpaDecodeAttention):
+    """Every token's attention by the C++ loop (`veriloop.kernels.cpu_attention`): token i over the columns
+    [0, lengths[i]) of slot slots[i], so decoding rows and prompt chunks go in one call (`whole_step`).
 
     A subclass with its own `forward`, not a flag in one module: TorchScript compiles every branch, and the
     kernel's operator exists only where it was built.
     """
+
+    whole_step = True
 
     def forward(
         self,
@@ -80,15 +83,13 @@ class KernelDecodeAttention(SdpaDecodeAttention):
         keys: torch.Tensor,
         values: torch.Tensor,
         mask: torch.Tensor,
-        decode_slots: torch.Tensor,
-        row_lengths: torch.Tensor,
+        slots: torch.Tensor,
+        lengths: torch.Tensor,
         used: int,
         longest: int,
         in_order: bool,
     ) -> torch.Tensor:
-        out: torch.Tensor = torch.ops.veriloop_cpu.decode_attention(
-            q, keys, values, decode_slots, row_lengths, self.scale
-        )
+        out: torch.Tensor = torch.ops.veriloop_cpu.decode_attention(q, keys, values, slots, lengths, self.scale)
         return out
 
 
@@ -112,7 +113,8 @@ class _Layer(torch.nn.Module):
         self.input_eps = float(layer.input_layernorm.variance_epsilon)
         self.post_eps = float(layer.post_attention_layernorm.variance_epsilon)
         self.qkv, self.o, self.gate_up, self.down = products  # each (x (n, in), decoding rows) -> float32 (n, out)
-        self.attend = attend  # the decoding rows' attention
+        self.attend = attend  # the decoding rows' attention, or (`whole_step`) every token's
+        self.whole_step = bool(getattr(attend, "whole_step", False))
         self.q_size = int(attn.q_proj.out_features)
         self.kv_size = int(attn.k_proj.out_features)
         self.intermediate = int(layer.mlp.gate_proj.out_features)
@@ -130,14 +132,16 @@ class _Layer(torch.nn.Module):
         slots: torch.Tensor,
         columns: torch.Tensor,
         mask: torch.Tensor,
-        decode_slots: torch.Tensor,
-        row_lengths: torch.Tensor,
+        attending: torch.Tensor,
+        lengths: torch.Tensor,
         used: int,
         longest: int,
         in_order: bool,
         decode: int,
         chunks: list[tuple[int, int, int, int]],
     ) -> torch.Tensor:
+        """`attending`, `lengths`: what `attend` reads, the decoding rows' slots (SDPA, with `mask`), or every token's
+        slot and column count (the kernel, `whole_step`)."""
         n = x.shape[0]
         h = _rms_norm(x, self.input_norm, self.input_eps)
         qkv = self.qkv(h, decode)
@@ -149,13 +153,13 @@ class _Layer(torch.nn.Module):
         rotated = keys * k_cos + rotate_half(keys) * k_sin
         keys_buffer[slots, :, columns] = rotated.to(keys_buffer.dtype)
         values_buffer[slots, :, columns] = values.to(values_buffer.dtype)
-        if decode == n:
-            out = self.attend(q, keys_buffer, values_buffer, mask, decode_slots, row_lengths, used, longest, in_order)
+        if self.whole_step or decode == n:
+            out = self.attend(q, keys_buffer, values_buffer, mask, attending, lengths, used, longest, in_order)
         else:
             out = torch.empty_like(q)
             if decode > 0:
                 out[:decode] = self.attend(
-                    q[:decode], keys_buffer, values_buffer, mask, decode_slots, row_lengths, used, longest, in_order
+                    q[:decode], keys_buffer, values_buffer, mask, attending, lengths, used, longest, in_order
                 )
             for slot, start, count, offset in chunks:
                 out[offset : offset + count] = slot_chunk_attention(
@@ -187,8 +191,8 @@ class _Stack(torch.nn.Module):
         slots: torch.Tensor,
         columns: torch.Tensor,
         mask: torch.Tensor,
-        decode_slots: torch.Tensor,
-        row_lengths: torch.Tensor,
+        attending: torch.Tensor,
+        lengths: torch.Tensor,
         used: int,
         longest: int,
         in_order: bool,
@@ -199,7 +203,7 @@ class _Stack(torch.nn.Module):
         for layer in self.layers:
             x = layer(
                 x, q_cos, q_sin, k_cos, k_sin, keys[index], values[index],
-                slots, columns, mask, decode_slots, row_lengths, used, longest, in_order, decode, chunks,
+                slots, columns, mask, attending, lengths, used, longest, in_order, decode, chunks,
             )  # fmt: skip
             index += 1  # noqa: SIM113
         return x
@@ -276,7 +280,7 @@ class ScriptedLayers:
         decoder = self.decoder
         # product() repacks a part whose weights changed
         products = [[part.product() for part in linears.fused_parts()] for linears in decoder.linears]
-        attention = KernelDecodeAttention if decoder.attention_kernel else SdpaDecodeAttention
+        attention = KernelAttention if decoder.attention_kernel else SdpaDecodeAttention
         layers = [
             _Layer(
                 layer, parts, attention(decoder.scale), decoder.kv_heads, decoder.group, decoder.head_dim, decoder.scale
