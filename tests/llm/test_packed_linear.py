@@ -16,8 +16,8 @@ from veriloop.llm.packed import (
     PackedDecoder,
     RowAdaptiveLinear,
     RowSplitLinear,
-    decoding_kind,
     default_prefill_weights,
+    product_kind,
     resolve_linear_weights,
 )
 
@@ -211,7 +211,9 @@ def test_auto_weights_are_bf16_where_the_kernel_builds_else_fp16(tiny: tuple[Any
     decoder = PackedDecoder(model, "bfloat16")
     qkv = decoder.linears[0].fused_parts()
     assert qkv is not None
-    assert isinstance(qkv[0].decoding, BrainDotLinear) and isinstance(qkv[0].prefill, BrainFloatLinear)
+    assert isinstance(qkv[0].decoding, BrainDotLinear) and qkv[0].prefill is None  # prompt rows: the same kernel
+    beside_fp16 = PackedDecoder(model, "float16").linears[0].fused_parts()  # bf16 prompt rows by the kernel too
+    assert beside_fp16 is not None and isinstance(beside_fp16[0].prefill, BrainDotLinear)
     assert decoder.fused_linears == 7 * model.config.num_hidden_layers + 1  # the output projection too
     hidden = torch.randn(5, model.config.hidden_size)
     with torch.inference_mode():
@@ -227,9 +229,9 @@ def test_without_the_bf16_kernel_auto_is_fp16_and_bf16_rows_take_onednn(
     outright runs decoding rows through oneDNN with the output projection on fp16."""
     monkeypatch.setattr(BrainDotLinear, "kernel_available", staticmethod(lambda: False))
     assert resolve_linear_weights("auto") == "float16"
-    assert decoding_kind("float16") is HalfWeightLinear and decoding_kind("float32") is None
+    assert product_kind("float16") is HalfWeightLinear and product_kind("float32") is None
     if not BrainFloatLinear.kernel_available():
-        assert decoding_kind("bfloat16") is BrainFloatLinear  # asked for; `applies_to` then leaves the modules
+        assert product_kind("bfloat16") is BrainFloatLinear  # asked for; `applies_to` then leaves the modules
         return
     model, _ = tiny
     decoder = PackedDecoder(model, "bfloat16")

@@ -24,10 +24,12 @@ bytes read and keeps its small-batch kernels busy: measured here, 576x3072 at 8 
 fp16 (relative error about 2e-4) is what `veriloop bench llm` measures under `numerics`. With
 `weights="bfloat16"` (what `llm.linear_weights = "auto"` picks where it builds) decoding rows multiply
 by bf16 copies through veriloop's AVX512-BF16 kernel (`BrainDotLinear`, `veriloop.kernels.cpu_bf16`):
-as fast as FBGEMM at one row, and a few rows cost what one does. Prompt rows may take bf16 copies
-prepacked by oneDNN (`prefill_weights`, `BrainFloatLinear`): with a hundred rows and more, oneDNN's
-bf16 products run twice as fast as FBGEMM's fp16 kernel. Each step's products are split by row kind
-(`RowSplitLinear`), so a decoding row's result never depends on a prompt read beside it.
+as fast as FBGEMM at one row, and a few rows cost what one does. Prompt rows take bf16 copies where the
+CPU multiplies bf16 natively (`prefill_weights`): with a hundred rows, bf16 products run twice as fast
+as FBGEMM's fp16 kernel; the same AVX512-BF16 kernel where it builds (faster than oneDNN's at every row
+count measured), else oneDNN's (`BrainFloatLinear`). Where the two kinds differ, each step's products
+are split by row kind (`RowSplitLinear`), so a decoding row's result never depends on a prompt read
+beside it.
 
 Supported: Llama-style decoders (`llama`, `mistral` without a sliding window, `qwen2` without a
 sliding window), including layers replaced by quantized or LoRA modules, since modules are called,
@@ -303,9 +305,10 @@ class BrainDotLinear(FusedLinear):
 
     At one row it streams the weight as fast as FBGEMM's fp16 kernel, and each further row costs a
     fraction of FBGEMM's (bf16 pairs multiplied straight from the weight, no conversion to float32),
-    where oneDNN's bf16 kernel is slow at one row. Prompt chunks keep oneDNN (`BrainFloatLinear`),
-    which is faster with a hundred rows. Inputs and weights are rounded to bf16 as `BrainFloatLinear`'s
-    are; the output stays float32, where oneDNN's is rounded to bf16.
+    where oneDNN's bf16 kernel is slow at one row. With a hundred rows or more it runs near the bf16
+    peak, a little faster than oneDNN (measured here: 123 against 135 ms for the model's 120 layer
+    products at 112 rows), so prompt rows take it too. Inputs and weights are rounded to bf16 as
+    `BrainFloatLinear`'s are; the output stays float32, where oneDNN's is rounded to bf16.
     """
 
     @staticmethod
@@ -372,11 +375,13 @@ class RowSplitLinear:
 
 
 FUSED: dict[str, type[FusedLinear]] = {"float16": HalfWeightLinear, "bfloat16": BrainFloatLinear}
-"""The fused product kind behind each low-precision `LinearWeights` for prompt rows."""
+"""The fused product kind of each low-precision `LinearWeights` (for bf16: where the AVX512-BF16 kernel cannot run)."""
 
 
-def decoding_kind(weights: LinearWeights) -> type[FusedLinear] | None:
-    """The fused product kind for decoding rows: as `FUSED`, but bf16 by the AVX512-BF16 kernel where it builds."""
+def product_kind(weights: LinearWeights) -> type[FusedLinear] | None:
+    """The fused product kind for `weights`, decoding rows and prompt rows alike: as `FUSED`, but bf16 by the
+    AVX512-BF16 kernel where it builds, which measured faster than oneDNN's bf16 at every row count from 1 to 256
+    (`bench/bf16_linear.py --rows`)."""
     if weights == "bfloat16" and BrainDotLinear.kernel_available():
         return BrainDotLinear
     return FUSED.get(weights)
@@ -420,7 +425,7 @@ class _LayerLinears:
         self.o: Callable[[torch.Tensor, int], torch.Tensor] = lambda x, decode: attn.o_proj(x)
         self.mlp: Callable[[torch.Tensor, int], torch.Tensor] = lambda h, decode: mlp(h)
         self._fused: dict[str, RowSplitLinear] = {}
-        kind, prefill_kind = decoding_kind(weights), FUSED.get(prefill_weights)
+        kind, prefill_kind = product_kind(weights), product_kind(prefill_weights)
         if kind is None or prefill_kind is None:
             return
 
@@ -500,7 +505,7 @@ class PackedDecoder:
         self.lm_head: Any = model.lm_head
         # The output projection takes the decoding rows' kind, except oneDNN's bf16 (slow at a few rows, and a 49k-row
         # weight is bound by reading it): FBGEMM's fp16 weights then. The AVX512-BF16 kernel streams it as fast.
-        head_kind = decoding_kind(weights)
+        head_kind = product_kind(weights)
         head_kind = HalfWeightLinear if head_kind is BrainFloatLinear else head_kind
         head = head_kind([model.lm_head]) if head_kind is not None and head_kind.applies_to([model.lm_head]) else None
         if head is not None:
