@@ -1,13 +1,15 @@
-"""The AVX512-BF16 product (`veriloop.kernels.cpu_bf16`) against FBGEMM's fp16 kernel, at the rows a decode step has.
+"""The AVX512-BF16 product (`veriloop.kernels.cpu_bf16`) against FBGEMM's fp16 and oneDNN's bf16 kernels.
 
     python bench/bf16_linear.py [--rows 1,2,3,4,6,8] [--layers 30] [--rounds 4]
+    python bench/bf16_linear.py --rows 16,64,112,256 --passes 2     # prompt chunks
 
 Random weights with the embedded model's layer shapes (fused q/k/v 960x576, o 576x576, fused
 gate/up 3072x576, down 576x1536), `--layers` distinct copies so that, as in a real step, the
-weights stream from memory rather than from the core's caches. One thread. Each round times both
-kernels at every row count, interleaved, so machine noise falls on both alike; the fastest round of
-each is reported (`ms`, per pass over all layers) with `speedup` = FBGEMM's time over the kernel's.
-No model needed. Prints one JSON.
+weights stream from memory rather than from the core's caches. One thread. Each round times the
+kernels at every row count, interleaved, so machine noise falls on all alike; the fastest round of
+each is reported (`ms`, per pass over all layers) with `speedup` = FBGEMM's time over the kernel's
+and `speedup_vs_onednn` = oneDNN's prepacked bf16 product's (`BrainFloatLinear`, what prompt rows
+took before) over the kernel's. No model needed. Prints one JSON.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ def _ms(call: Callable[[], object], passes: int) -> float:
 
 def main(argv: list[str]) -> dict[str, Any]:
     from veriloop.kernels import cpu_bf16
+    from veriloop.llm.packed import BrainProduct
 
     args = _parse(argv)
     if not cpu_bf16.available():
@@ -59,6 +62,7 @@ def main(argv: list[str]) -> dict[str, Any]:
     ]
     packed = [[cpu_bf16.pack(weight) for weight in layer] for layer in weights]
     half = [[torch.ops.quantized.linear_prepack_fp16(weight, None) for weight in layer] for layer in weights]
+    onednn = [[BrainProduct(weight, None) for weight in layer] for layer in weights]
     empty = torch.zeros(0)
 
     def kernel_pass(inputs: dict[int, torch.Tensor]) -> Callable[[], object]:
@@ -77,24 +81,37 @@ def main(argv: list[str]) -> dict[str, Any]:
 
         return run
 
+    def onednn_pass(inputs: dict[int, torch.Tensor]) -> Callable[[], object]:
+        def run() -> None:
+            for layer in onednn:
+                for (_, width), product in zip(SHAPES, layer, strict=True):
+                    product(inputs[width])
+
+        return run
+
     kernel: dict[int, list[float]] = {rows: [] for rows in row_counts}
     fbgemm: dict[int, list[float]] = {rows: [] for rows in row_counts}
+    brain: dict[int, list[float]] = {rows: [] for rows in row_counts}
     load_before = load_average()
     for _ in range(max(args.rounds, 1)):
         for rows in row_counts:
             inputs = {width: torch.randn(rows, width, generator=generator) for width in {w for _, w in SHAPES}}
             fbgemm[rows].append(_ms(fbgemm_pass(inputs), args.passes))
             kernel[rows].append(_ms(kernel_pass(inputs), args.passes))
+            brain[rows].append(_ms(onednn_pass(inputs), args.passes))
     best_kernel = {rows: min(times) for rows, times in kernel.items()}
     best_fbgemm = {rows: min(times) for rows, times in fbgemm.items()}
+    best_onednn = {rows: min(times) for rows, times in brain.items()}
     return {
         "layers": args.layers,
         "shapes": [list(shape) for shape in SHAPES],
         "ms": {
             "bf16_kernel": {rows: round(value, 2) for rows, value in best_kernel.items()},
             "fbgemm_fp16": {rows: round(value, 2) for rows, value in best_fbgemm.items()},
+            "onednn_bf16": {rows: round(value, 2) for rows, value in best_onednn.items()},
         },
         "speedup": {rows: round(best_fbgemm[rows] / best_kernel[rows], 2) for rows in row_counts},
+        "speedup_vs_onednn": {rows: round(best_onednn[rows] / best_kernel[rows], 2) for rows in row_counts},
         "rows_cost_vs_one_row": {
             "bf16_kernel": {rows: round(best_kernel[rows] / best_kernel[row_counts[0]], 2) for rows in row_counts},
             "fbgemm_fp16": {rows: round(best_fbgemm[rows] / best_fbgemm[row_counts[0]], 2) for rows in row_counts},

@@ -65,7 +65,7 @@ def test_step_bench_times_each_row_count_for_each_thread_count(model_settings: S
     assert plain["scripted"] is False and plain["threads_1"]["step_ms"][1] > 0
 
 
-def test_bf16_linear_bench_times_both_kernels_at_each_row_count() -> None:
+def test_bf16_linear_bench_times_each_kernel_at_each_row_count() -> None:
     from veriloop.kernels import cpu_bf16
 
     if not cpu_bf16.available():
@@ -77,7 +77,10 @@ def test_bf16_linear_bench_times_both_kernels_at_each_row_count() -> None:
     result = _script("bf16_linear").main(["--rows", "1,3", "--layers", "2", "--rounds", "1", "--passes", "1"])
     torch.set_num_threads(1)
     ms = result["ms"]
-    assert set(ms["bf16_kernel"]) == set(ms["fbgemm_fp16"]) == set(result["speedup"]) == {1, 3}
-    assert all(value > 0 for value in [*ms["bf16_kernel"].values(), *ms["fbgemm_fp16"].values()])
+    assert (
+        set(ms["bf16_kernel"]) == set(ms["fbgemm_fp16"]) == set(ms["onednn_bf16"]) == set(result["speedup"]) == {1, 3}
+    )
+    assert all(value > 0 for kernel in ms.values() for value in kernel.values())
+    assert result["speedup_vs_onednn"][3] == pytest.approx(ms["onednn_bf16"][3] / ms["bf16_kernel"][3], rel=0.05)
     assert result["speedup"][3] == pytest.approx(ms["fbgemm_fp16"][3] / ms["bf16_kernel"][3], rel=0.05)
     assert result["rows_cost_vs_one_row"]["bf16_kernel"][1] == 1.0
