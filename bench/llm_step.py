@@ -10,7 +10,8 @@ the output projection) at the same row counts, for each torch thread count in on
 
 `step_speedup` is rows x step(1 row) / step(rows): how many times more tokens a step of that many
 rows yields than a one-row step. With the C++ decode attention (`llm.cpu_attention_kernel`, the
-default where it builds) the same steps are also timed with PyTorch's attention in the same run:
+default where it builds) the same steps are also timed with PyTorch's attention in the same run, over
+a cache of the model's dtype as `llm.kv_dtype = auto` keeps it there (the kernel's may be fp16):
 `step_ms_pytorch_attention` and `attention_kernel_speedup` (PyTorch's step time over the kernel's).
 With bf16 decoding weights (`llm.linear_weights`, `auto` where the AVX512-BF16 kernel builds) the
 same steps and products run on FBGEMM's fp16 weights too: `step_ms_fp16_weights`,
@@ -125,21 +126,25 @@ def main(settings: Any, argv: list[str]) -> dict[str, Any]:
         if decoder.weights == "bfloat16"
         else None
     )
-    cache = SlotKVCache(
-        len(decoder.layers),
-        max(row_counts),
-        decoder.kv_heads,
-        decoder.head_dim,
-        dtype=decoder.kv_dtype,
-        device=decoder.device,
-        max_columns=args.columns + 1,
-    )
-    cache.ensure(args.columns + 1)
+    caches: dict[torch.dtype, SlotKVCache] = {}
+    for dtype in {decoder.kv_dtype, sdpa.kv_dtype}:  # PyTorch's attention keeps the model's dtype (`kv_dtype`)
+        caches[dtype] = SlotKVCache(
+            len(decoder.layers),
+            max(row_counts),
+            decoder.kv_heads,
+            decoder.head_dim,
+            dtype=dtype,
+            device=decoder.device,
+            max_columns=args.columns + 1,
+        )
+        caches[dtype].ensure(args.columns + 1)
+    cache = caches[decoder.kv_dtype]
     result: dict[str, Any] = {
         "model": settings.llm.model,
         "linear_weights": decoder.weights,
         "scripted": decoder.scripted is not None,
         "attention_kernel": decoder.attention_kernel,
+        "kv_dtype": str(decoder.kv_dtype).removeprefix("torch."),
         "columns": args.columns,
         "load_average_before": load_average(),
     }
@@ -150,7 +155,7 @@ def main(settings: Any, argv: list[str]) -> dict[str, Any]:
             for rows in row_counts:
                 step[rows] = _ms(_step(decoder, cache, rows, args.columns), args.repeats)
                 if decoder.attention_kernel:
-                    pytorch[rows] = _ms(_step(sdpa, cache, rows, args.columns), args.repeats)
+                    pytorch[rows] = _ms(_step(sdpa, caches[sdpa.kv_dtype], rows, args.columns), args.repeats)
                 if half is not None:
                     fp16[rows] = _ms(_step(half, cache, rows, args.columns), args.repeats)
                     fp16_products[rows] = _ms(_products(half, rows), args.repeats)

@@ -49,6 +49,7 @@ def test_step_bench_times_each_row_count_for_each_thread_count(model_settings: S
         # (from the unrounded times: the rounded ones printed may give a last digit of difference)
         assert run["step_speedup"][3] == pytest.approx(3 * run["step_ms"][1] / run["step_ms"][3], abs=0.02)
     assert result["columns"] == 20 and result["scripted"] is True
+    assert result["kv_dtype"] == ("float16" if result["attention_kernel"] else "float32")
     if result["attention_kernel"]:
         run = result["threads_1"]
         assert set(run["step_ms_pytorch_attention"]) == set(run["attention_kernel_speedup"]) == {1, 3}
