@@ -1,4 +1,4 @@
-"""Decode attention on the CPU as one C++ loop per row: what PyTorch's flash kernel spends in small-matrix calls.
+"""Attention on the CPU as one C++ loop per row: what PyTorch's flash kernel spends in small-matrix calls.
 
 A decoding row's attention is three query vectors per key head against a few hundred cached columns:
 a few hundred thousand multiply-adds. PyTorch's CPU flash kernel runs it as two small matrix products
@@ -13,6 +13,12 @@ memory, not the core's caches (the weights stream through them between layers), 
 prefetcher stops at every 4 KiB page: the loop fetches keys 32 columns ahead and each column's
 value while it scores the key. Measured over 30 layers' caches at 300 columns, one row: 68 µs per
 layer before, 38 to 40 µs after (20.8 µs with the cache already in the core's caches).
+
+A "row" is any query token with its slot and its column count: a prompt token is a row over the
+columns up to its own, so the batcher sends a step's decoding rows and prompt chunks in one call, and
+each token's result is the same however its prompt was chunked. The cache may be float32 or fp16
+(`llm.kv_dtype`); fp16 values are widened as they are read (`vcvtph2ps`, exact), halving the bytes a
+row's attention reads: at 300 columns, 28.9 against 44.0 µs per row and layer out of the core's caches.
 
 The source is compiled once per machine (`veriloop.kernels.cpu_build`, about 40 s) and registered as
 `torch.ops.veriloop_cpu.decode_attention`, which TorchScript calls without the GIL. Where no C++

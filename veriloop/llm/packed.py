@@ -52,9 +52,11 @@ from veriloop.llm.scripted import ScriptedLayers, rotate_half
 SUPPORTED = ("llama", "mistral", "qwen2")
 
 LinearWeights = Literal["float32", "float16", "bfloat16"]
-KVDtype = Literal["auto", "float32", "float16"]
 """Weights the packed forward's linear layers multiply by on the CPU: float32; fp16 copies (activations stay
 float32); bf16 copies with the activations rounded to bf16 (sums in float32)."""
+
+KVDtype = Literal["auto", "float32", "float16"]
+"""What the slot cache stores keys and values as (`llm.kv_dtype`); `auto` is resolved by `PackedDecoder`."""
 
 
 def _mkldnn_linear_available() -> bool:
@@ -527,7 +529,8 @@ class PackedDecoder:
         self.attention_kernel = (
             attention_kernel and self.device.type == "cpu" and self.dtype == torch.float32 and cpu_attention.load()
         )
-        """Decoding rows over a `SlotKVCache` attend through `veriloop.kernels.cpu_attention` (else PyTorch's SDPA)."""
+        """Every token of a step over a `SlotKVCache` attends through `veriloop.kernels.cpu_attention` (else PyTorch's
+        SDPA: decoding rows masked, prompt chunks in blocks)."""
         self.kv_dtype = self._kv_dtype(kv_dtype)
         """What a `SlotKVCache` of this decoder stores keys and values as (attention computes in `dtype`)."""
         self.scripted = ScriptedLayers.build(self) if script else None
