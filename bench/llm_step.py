@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from veriloop.bench import load_average
+from veriloop.bench import dtype_name, load_average
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -144,7 +144,7 @@ def main(settings: Any, argv: list[str]) -> dict[str, Any]:
         "linear_weights": decoder.weights,
         "scripted": decoder.scripted is not None,
         "attention_kernel": decoder.attention_kernel,
-        "kv_dtype": str(decoder.kv_dtype).removeprefix("torch."),
+        "kv_dtype": dtype_name(decoder.kv_dtype),
         "columns": args.columns,
         "load_average_before": load_average(),
     }

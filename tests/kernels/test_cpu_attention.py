@@ -22,12 +22,18 @@ def _buffers(slots: int, heads: int, capacity: int, dim: int, seed: int) -> tupl
     return (torch.randn(slots, heads, capacity, dim, generator=generator) for _ in range(2))  # type: ignore[return-value]
 
 
-def _reference(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, slots: list[int], lengths: list[int]) -> Any:
+def _reference(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, slots: list[int], lengths: list[int], scale: float = 0.3
+) -> Any:
+    """PyTorch's attention row by row, over float32 copies of the cached columns."""
     rows = []
     for row, (slot, length) in enumerate(zip(slots, lengths, strict=True)):
         rows.append(
             F.scaled_dot_product_attention(
-                q[row : row + 1], keys[slot : slot + 1, :, :length], values[slot : slot + 1, :, :length], scale=0.3
+                q[row : row + 1],
+                keys[slot : slot + 1, :, :length].float(),
+                values[slot : slot + 1, :, :length].float(),
+                scale=scale,
             )
         )
     return torch.cat(rows)
@@ -67,15 +73,7 @@ def test_a_float16_cache_reads_as_its_float32_widening(heads: int, group: int, d
     if vectorized:
         assert torch.equal(half, widened)
     torch.testing.assert_close(half, widened, atol=1e-6, rtol=1e-6)
-    expected = torch.cat(
-        [
-            F.scaled_dot_product_attention(
-                q[row : row + 1], keys[slot : slot + 1, :, :length].float(),
-                values[slot : slot + 1, :, :length].float(), scale=0.125,
-            )
-            for row, (slot, length) in enumerate([(3, 300), (0, 1), (1, 129)])
-        ]
-    )  # fmt: skip
+    expected = _reference(q, keys, values, [3, 0, 1], [300, 1, 129], scale=0.125)
     torch.testing.assert_close(half, expected, atol=2e-6, rtol=1e-5)
 
 

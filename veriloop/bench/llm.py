@@ -65,7 +65,7 @@ from typing import Any
 
 import torch
 
-from veriloop.bench import load_average
+from veriloop.bench import dtype_name, load_average
 from veriloop.config import Settings
 from veriloop.llm.batcher import CacheFactory, SampleSpec, default_eos_ids
 from veriloop.llm.embedded import (
@@ -212,7 +212,7 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
     tokens: dict[str, int] = {}
     outputs: dict[str, list[Completion]] = {}
     warm = fresh_backend()
-    kv_dtype = _dtype_name(warm.batcher.decoder.kv_dtype)
+    kv_dtype = dtype_name(warm.batcher.decoder.kv_dtype)
     try:
         asyncio.run(_through_backend(warm, ["def warm_up():\n"], params.model_copy(update={"max_tokens": 4}), 1))
     finally:
@@ -308,10 +308,6 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
     return result
 
 
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
 def _per_step(stats: dict[str, float | int]) -> dict[str, float]:
     """Mean milliseconds per step: decode-only forward, forward with prefill chunks, host side; prefill rate."""
 
@@ -397,7 +393,7 @@ def _numerics(
     _progress(f"numerics: perplexity {perplexity}, greedy agreement {agreement:.4f}")
     return {
         "prefill_weights": {weights: backend.batcher.decoder.prefill_weights for weights, backend in backends.items()},
-        "kv_dtype": {weights: _dtype_name(backend.batcher.decoder.kv_dtype) for weights, backend in backends.items()},
+        "kv_dtype": {weights: dtype_name(backend.batcher.decoder.kv_dtype) for weights, backend in backends.items()},
         "tokens_per_s": {weights: round(tokens / seconds, 2) for weights, (_, seconds, tokens) in ran.items()},
         "perplexity": perplexity,
         "perplexity_ratio": round(ratio, 4),
