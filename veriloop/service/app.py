@@ -22,7 +22,7 @@ from fastapi import FastAPI, Request
 import veriloop
 from veriloop.config import Settings
 from veriloop.llm.base import Backend, get_backend
-from veriloop.service import api, dashboard, judge, openai_api
+from veriloop.service import api, dashboard, judge, openai_api, openrlhf, sandbox_fusion
 from veriloop.service.auth import OPEN_PATHS, BearerTokenMiddleware
 from veriloop.service.http_errors import install_error_handlers
 
@@ -106,8 +106,12 @@ def create_app(settings: Settings, backend: Backend | None = None, *, workers: i
     app.include_router(openai_api.router, prefix="/v1")
     app.include_router(api.router, prefix="/api")
     judge.install(app, settings)
+    body_limit = int(settings.judge.max_body_mb * (1 << 20))
+    sandbox_fusion.install(app, body_limit)  # verl / SandboxFusion's client: /api/sandbox-fusion/run_code, ...
+    openrlhf.install(app, body_limit)  # OpenRLHF's remote reward: /api/openrlhf/get_reward
     app.include_router(dashboard.router)
     token = api_token(settings)
     if token:
         app.add_middleware(BearerTokenMiddleware, token=token, open_paths=OPEN_PATHS)
+        sandbox_fusion.install_credentials(app, [sandbox_fusion.PREFIX, openrlhf.PREFIX])  # the token in the URL
     return app

@@ -32,7 +32,7 @@ from veriloop.training.common import (
     with_lora,
 )
 from veriloop.training.configs import GRPOConfig
-from veriloop.training.rewards import JudgeFn, JudgeReward, LocalJudge
+from veriloop.training.rewards import JudgeFn, LocalJudge, judge_reward
 from veriloop.training.trl_trainers import _callback, _common_args, _dataset, _load_causal_lm, _quiet
 
 JUDGED_BY = (("tests",), ("task_id",), ("spec", "verifier"))
@@ -88,7 +88,7 @@ def train_grpo(
     closer = None
     if judge is None:
         judge, closer = judge_for(spec, settings)
-    reward = JudgeReward(
+    reward = judge_reward(  # async where TRL awaits it (1.16 does)
         judge,
         mode=options.reward,
         partial_credit=options.partial_credit,

@@ -53,12 +53,23 @@ class LocalJudge:
     def _call(self, work: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(work, self._loop).result()
 
-    def judge(self, candidates: Sequence[Any], *, reward: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    def _work(self, candidates: Sequence[Any], reward: Mapping[str, Any] | None) -> Coroutine[Any, Any, Any]:
         from veriloop.search.judge import JudgeCandidate, RewardOptions
 
         parsed = [c if isinstance(c, JudgeCandidate) else JudgeCandidate.model_validate(c) for c in candidates]
         options = RewardOptions.model_validate(dict(reward or {}))
-        verdicts = self._call(self.inner.judge_many(parsed, options))
+        return self.inner.judge_many(parsed, options)
+
+    def judge(self, candidates: Sequence[Any], *, reward: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        verdicts = self._call(self._work(candidates, reward))
+        return [verdict.model_dump(mode="json") for verdict in verdicts]
+
+    async def ajudge(
+        self, candidates: Sequence[Any], *, reward: Mapping[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """`judge` for a caller on another event loop (TRL's): the work runs on this judge's loop, awaited there."""
+        future = asyncio.run_coroutine_threadsafe(self._work(candidates, reward), self._loop)
+        verdicts = await asyncio.wrap_future(future)
         return [verdict.model_dump(mode="json") for verdict in verdicts]
 
     def close(self) -> None:
@@ -129,9 +140,44 @@ class JudgeReward:
             out.append(candidate)
         return out
 
-    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **columns: Any) -> list[float | None]:
-        candidates = self.candidates(prompts, completions, **columns)
-        verdicts = self.judge.judge(candidates, reward=self.options)
+    def rewards(self, verdicts: list[dict[str, Any]]) -> list[float | None]:
         self.calls += 1
         self.last = verdicts
         return [None if verdict["reward"] is None else float(verdict["reward"]) for verdict in verdicts]
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **columns: Any) -> list[float | None]:
+        candidates = self.candidates(prompts, completions, **columns)
+        return self.rewards(self.judge.judge(candidates, reward=self.options))
+
+
+class AsyncJudgeReward(JudgeReward):
+    """`JudgeReward` as an `async def` reward function: TRL (1.16: `is_async_callable`, `_calculate_rewards`) awaits
+    it on its own event loop, beside its other async reward functions, instead of blocking the step on it. The
+    step's completions still go to the judge in one call. A judge with `ajudge` (`LocalJudge`) is awaited; any
+    other (`JudgeClient`) runs in a worker thread."""
+
+    async def __call__(  # type: ignore[override]
+        self, prompts: Sequence[Any], completions: Sequence[Any], **columns: Any
+    ) -> list[float | None]:
+        candidates = self.candidates(prompts, completions, **columns)
+        ajudge = getattr(self.judge, "ajudge", None)
+        if ajudge is not None:
+            verdicts: list[dict[str, Any]] = await ajudge(candidates, reward=self.options)
+        else:
+            verdicts = await asyncio.to_thread(self.judge.judge, candidates, reward=self.options)
+        return self.rewards(verdicts)
+
+
+def trainer_supports_async_rewards() -> bool:
+    """Whether the installed TRL awaits async reward functions (callable instances included)."""
+    try:
+        from trl.trainer.utils import is_async_callable
+    except ImportError:
+        return False
+    return bool(is_async_callable(AsyncJudgeReward.__new__(AsyncJudgeReward)))
+
+
+def judge_reward(judge: JudgeFn, **options: Any) -> JudgeReward:
+    """The reward for `GRPOTrainer`: async where the installed TRL awaits it, else the synchronous one."""
+    cls = AsyncJudgeReward if trainer_supports_async_rewards() else JudgeReward
+    return cls(judge, **options)
