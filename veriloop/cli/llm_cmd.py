@@ -127,15 +127,13 @@ def generate(
 
 @app.command("models")
 def models(ctx: typer.Context, as_json: JsonFlag = False) -> None:
-    """List inference backends and known models, with whether the embedded default is already converted."""
-    from veriloop.llm.embedded import DEFAULT_MODEL, describe_default
+    """List inference backends and the bundled models (size, licence, source package, converted or not)."""
+    from veriloop.llm.embedded import describe_bundled
 
     settings = state(ctx).settings()
-    default = describe_default(settings)
-    default["default"] = settings.llm.model == DEFAULT_MODEL
-    known: list[dict[str, Any]] = [default]
+    known: list[dict[str, Any]] = describe_bundled(settings)
     spec = settings.llm.model
-    if spec != DEFAULT_MODEL:
+    if not any(model["default"] for model in known):
         entry: dict[str, Any] = {"name": spec, "backend": settings.llm.backend, "default": True}
         if settings.llm.backend == "embedded" and ":" not in spec:
             folder = Path(spec).expanduser()
@@ -160,8 +158,15 @@ def models(ctx: typer.Context, as_json: JsonFlag = False) -> None:
         for model in known:
             mark = "*" if model["default"] else " "
             if "cached" in model:
-                status = "converted" if model["cached"] else "not converted yet (first use converts it, ~15 s)"
-                typer.echo(f"  {mark} {model['name']:<24} {model['backend']:<9} {status}: {model['cache']}")
+                size = f"{model['gguf_bytes'] / 1e6:,.0f} MB GGUF" if model["gguf_bytes"] else "GGUF in one wheel"
+                typer.echo(f"  {mark} {model['name']:<28} {model['parameters']:>5} params, {size}, {model['licence']}")
+                if not model["installed"]:
+                    status = f"not installed: {model['install']}"
+                elif model["cached"]:
+                    status = f"converted: {model['cache']}"
+                else:
+                    status = "installed, not converted yet (first use joins, checks and converts it, 1-2 min)"
+                typer.echo(f"      from {model['source']}; {status}")
             else:
                 where = model.get("path", "")
                 missing = "" if model.get("exists", True) else " (missing)"

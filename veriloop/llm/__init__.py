@@ -1,5 +1,5 @@
 """Shared inference backend: a Backend protocol, a registry by name, and the implementations
-`embedded` (the bundled SmolLM2 via transformers, continuous batching), `openai` (any
+`embedded` (a bundled Qwen2.5-Coder or SmolLM2 model via transformers, continuous batching), `openai` (any
 OpenAI-compatible server) and `vllm` (in-process, GPU extra)."""
 
 from veriloop.llm.base import BACKENDS, Backend, get_backend

