@@ -186,6 +186,9 @@ MIXED = [
 ]
 
 
+FBGEMM_AVX512 = torch.backends.cpu.get_cpu_capability() == "AVX512"
+"""Whether FBGEMM's fp16 products run its AVX-512 kernels, which give each row the same bits at every row count."""
+
 PREFILL = [
     "float16",
     pytest.param(
@@ -253,7 +256,13 @@ def test_decoding_rows_answer_the_same_beside_a_bf16_prompt(model: Any, script: 
 @pytest.mark.parametrize("script", [True, False])
 def test_a_prompt_prefills_the_same_in_any_block_aligned_chunks(model: Any, prefill: Any, script: bool) -> None:
     """One chunk, or chunks ending on attention blocks (a reused prefix, a step's budget): the same cache and logits.
-    Through the C++ kernel, which attends token by token, chunks that end anywhere too."""
+    Through the C++ kernel, which attends token by token, chunks that end anywhere too.
+
+    The attention gives each token the same bits in any chunking on every CPU (PyTorch's over whole blocks, the
+    kernel over each token's own columns in a fixed order). The products give a prompt row the same bits at every
+    row count only where their kernels do: bf16 prompt rows (`BrainDotLinear`, per row by construction) and
+    FBGEMM's fp16 products on AVX-512. FBGEMM's AVX2 fp16 kernels round a block of one or two rows differently
+    from a wider block, so a chunk's last rows differ in the last bits there: to fp16 rounding only."""
     decoder = PackedDecoder(model, "float16", script=script, prefill_weights=prefill)
     ids = torch.tensor([(11 * index + 5) % 250 for index in range(45)])
     results = []
@@ -269,9 +278,14 @@ def test_a_prompt_prefills_the_same_in_any_block_aligned_chunks(model: Any, pref
                 logits = decoder.forward(ids[start:end], layout, cache, torch.tensor([end - start - 1]))
                 start = end
         results.append((logits, [buffer[1, :, :45].clone() for buffer in cache.keys + cache.values]))
+    exact = prefill == "bfloat16" or FBGEMM_AVX512
     for logits, buffers in results[1:]:
-        assert torch.equal(logits, results[0][0])
-        assert all(torch.equal(a, b) for a, b in zip(buffers, results[0][1], strict=True))
+        if exact:
+            assert torch.equal(logits, results[0][0])
+            assert all(torch.equal(a, b) for a, b in zip(buffers, results[0][1], strict=True))
+        torch.testing.assert_close(logits, results[0][0], atol=1e-4, rtol=1e-4)
+        for a, b in zip(buffers, results[0][1], strict=True):
+            torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
 
 
 @pytest.mark.skipif(not cpu_attention.load(), reason="no working C++ compiler for torch extensions here")
