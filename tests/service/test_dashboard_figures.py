@@ -86,8 +86,10 @@ def test_run_page_headline_is_held_out_and_public_results_are_labelled(pages: tu
     client, a, _ = pages
     html = client.get(f"/runs/{a.id}").text
     text = text_of(html)
-    assert "Pass rate · held-out tests" in text and "2/3 tasks passed" in text and "95% CI" in text
+    assert "Pass rate · held-out tests" in text and "2/3 tasks passed · 95% Wilson CI [21%, 94%]" in text
     assert "Pass rate · public tests" in text and "feedback, not the verdict" in text
+    assert "2/3 tasks · 95% Wilson CI [21%, 94%]; feedback" in text  # the public figure names its interval too
+    assert "95% interval over tasks: bootstrap for pass@1, pass@2; Wilson for pass@3" in text
     assert "pass@k · held-out tests" in text and "pass@k · public tests" in text
     assert "Pass rate per turn · public tests" in text
     assert 'id="chart-passk-public"' in html and "pass@3" in text  # three public samples a task
@@ -102,7 +104,7 @@ def test_compare_page_shows_wins_losses_interval_and_mcnemar(pages: tuple[TestCl
     text = text_of(client.get("/compare", params={"a": a.id, "b": b.id}).text)
     assert "Tasks both finished 3" in text and "A wins / B wins 1 / 1" in text
     assert "Difference A − B · held-out tests +0.0 pp" in text and "McNemar exact p 1" in text
-    assert "95% paired bootstrap [" in text and "A wins" in text and "B wins" in text
+    assert "95% paired bootstrap CI [" in text and "A wins" in text and "B wins" in text
 
 
 def test_report_routes_serve_one_file_with_inline_svg(pages: tuple[TestClient, Run, Run]) -> None:
@@ -112,9 +114,26 @@ def test_report_routes_serve_one_file_with_inline_svg(pages: tuple[TestClient, R
     assert html.count("<svg") >= 5 and "Pass rate · held-out tests (headline)" in html
     markdown = client.get(f"/runs/{a.id}/report", params={"format": "md"})
     assert markdown.headers["content-type"].startswith("text/markdown")
-    assert "| **Pass rate, held-out tests (headline)** | 67% (2/3 tasks) |" in markdown.text
+    assert "| **Pass rate, held-out tests (headline)** | 67% (2/3 tasks) | Wilson [21%, 94%] |" in markdown.text
+    assert "| pass@1 | 0.667 | Wilson [21%, 94%] | 3 |" in markdown.text  # one verdict a task: a proportion
     assert client.get(f"/runs/{a.id}/report", params={"format": "pdf"}).status_code == 400
     assert client.get("/runs/nope/report").status_code == 404
+
+
+def test_api_figures_name_their_interval_and_a_run_without_provenance_says_so(
+    pages: tuple[TestClient, Run, Run],
+) -> None:
+    client, a, b = pages
+    shown = client.get(f"/api/runs/{a.id}").json()["summary"]
+    held, public = shown["figures"]["held_out"], shown["figures"]["public"]
+    assert (held["interval"], public["interval"]) == ("wilson", "wilson")
+    assert [row["interval"] for row in public["pass_at_k"]] == ["bootstrap", "bootstrap", "wilson"]
+    assert shown["provenance"] is not None and shown["provenance_note"] is None
+    page = client.get(f"/api/runs/{b.id}/overview").json()
+    assert page["provenance"] is None and page["provenance_note"] == "not recorded for this run"
+    assert client.get(f"/api/runs/{a.id}/compare/{b.id}").json()["interval"] == "paired_bootstrap"
+    text = text_of(client.get(f"/runs/{b.id}").text)
+    assert "Provenance not recorded for this run." in text and "before provenance" not in text
 
 
 class FinishesBetweenReads(TrajectoryStore):

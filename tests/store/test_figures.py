@@ -70,6 +70,9 @@ def test_held_out_is_the_headline_and_public_results_are_a_separate_labelled_fig
     assert [(p.k, p.value, p.tasks) for p in public.pass_at_k] == [(1, 0.25, 2), (2, 0.5, 2)]
     for row in public.pass_at_k:
         assert row.low is not None and row.high is not None and row.low <= row.value <= row.high
+    assert held.interval == "wilson" and public.interval == "wilson"  # pass rates are proportions of tasks
+    # pass@1 averages 0.5 and 0 (a mean, bootstrapped); pass@2 is 1 or 0 a task (a proportion: Wilson)
+    assert [row.interval for row in public.pass_at_k] == ["bootstrap", "wilson"]
     assert summary.provenance is None  # stored directly, not through create_run
 
 
@@ -84,6 +87,26 @@ def test_a_run_without_public_checks_has_no_public_figure(store: TrajectoryStore
     assert figures is not None and figures.public is None
     assert figures.held_out.pass_rate == pytest.approx(1 / 3)
     assert [(p.k, round(p.value, 6)) for p in figures.held_out.pass_at_k] == [(1, round(1 / 3, 6))]
+
+
+@pytest.mark.parametrize(("passed", "low", "high"), [(False, 0.0, 0.43448), (True, 0.56552, 1.0)])
+def test_an_all_failed_or_all_passed_run_has_a_wilson_interval_not_a_point(
+    store: TrajectoryStore, passed: bool, low: float, high: float
+) -> None:
+    run = store.create_run(Run(agent="direct", suite="humaneval", model="m"))
+    nodes = [Node(run_id=run.id, task_id=f"t{i}", exec_result=PASSED if passed else FAILED) for i in range(5)]
+    store.add_nodes(nodes)
+    for node in nodes:
+        status = "passed" if passed else "failed"
+        store.add_attempt(Attempt(run_id=run.id, task_id=node.task_id, status=status, best_node_id=node.id))
+    figures = full_summary(store, run.id).figures
+    assert figures is not None
+    held = figures.held_out
+    assert (held.tasks, held.tasks_passed, held.pass_rate) == (5, 5 if passed else 0, float(passed))
+    assert (held.low, held.high) == pytest.approx((low, high), abs=5e-5) and held.interval == "wilson"
+    [pass_at_1] = held.pass_at_k  # one sample a task: pass@1 is the same proportion, with the same interval
+    assert (pass_at_1.low, pass_at_1.high, pass_at_1.interval) == (held.low, held.high, "wilson")
+    assert "interval" in held.model_dump(mode="json") and held.model_dump(mode="json")["interval"] == "wilson"
 
 
 def test_pass_at_k_lists_powers_of_two_and_n() -> None:
@@ -114,6 +137,7 @@ def test_compare_counts_wins_and_losses_on_shared_tasks_with_exact_mcnemar(store
     assert result.low is not None and result.high is not None
     assert result.low < result.difference < result.high < 0  # B is better, and the interval says so
     assert {pair.task_id: pair.outcome for pair in result.tasks}["t00"] == "win"
+    assert result.interval == "paired_bootstrap"  # a difference keeps the paired bootstrap
 
     same = compare_runs(store, left.id, left.id)
     assert (same.wins, same.losses, same.difference, same.mcnemar_p, same.low, same.high) == (0, 0, 0.0, 1.0, 0.0, 0.0)

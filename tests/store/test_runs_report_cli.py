@@ -17,7 +17,7 @@ import pytest
 from veriloop.agents.runner import create_run, execute_run
 from veriloop.cli import main
 from veriloop.config import Settings, load_settings
-from veriloop.records import Prompt
+from veriloop.records import Attempt, ExecResult, ExecStatus, Node, Prompt, Run
 from veriloop.store import TrajectoryStore
 from veriloop.testing import ScriptedBackend
 
@@ -76,7 +76,7 @@ def test_show_compare_report_and_rerun(capsys: pytest.CaptureFixture[str], setti
     code, out, _ = cli(capsys, settings, "runs", "show", mucode[:8])
     assert code == 0
     assert "pass rate, held-out tests" in out and "pass rate, public tests" in out and "pass@3" in out
-    assert "95% CI" in out and "1/2 tasks" in out and "humaneval" in out and "bwrap" in out
+    assert "95% Wilson CI" in out and "1/2 tasks" in out and "humaneval" in out and "bwrap" in out
 
     code, out, _ = cli(capsys, settings, "runs", "compare", mucode, direct, "--json")
     compared = json.loads(out)
@@ -85,6 +85,7 @@ def test_show_compare_report_and_rerun(capsys: pytest.CaptureFixture[str], setti
     assert compared["difference"] == 0.0 and compared["mcnemar_p"] == 1.0
     code, out, _ = cli(capsys, settings, "runs", "compare", mucode, direct)
     assert code == 0 and "McNemar exact p" in out and "A wins / B wins" in out and "+0.0 points" in out
+    assert "95% paired bootstrap CI" in out
 
     code, out, _ = cli(capsys, settings, "runs", "report", mucode, "--format", "md")
     assert code == 0 and out.lstrip().startswith(f"# Run `{mucode}`")
@@ -109,6 +110,39 @@ def test_show_compare_report_and_rerun(capsys: pytest.CaptureFixture[str], setti
     assert new.settings["options"] == old.settings["options"] and new.settings["task_ids"] == TASKS
     assert new.settings["rerun_of"] == mucode
     assert new.settings["provenance"]["suite"] == old.settings["provenance"]["suite"]
+
+
+def stored_outcomes(settings: Settings, passed: bool, tasks: int = 5) -> str:
+    """A run stored straight into the store (no runner, so no provenance): one verdict a task, all alike."""
+    with TrajectoryStore.from_settings(settings) as store:
+        run = store.create_run(Run(agent="direct", suite="humaneval", model="m"))
+        result = ExecResult(status=ExecStatus.PASSED if passed else ExecStatus.FAILED)
+        nodes = [Node(run_id=run.id, task_id=f"t{i}", exec_result=result) for i in range(tasks)]
+        store.add_nodes(nodes)
+        for node in nodes:
+            status = "passed" if passed else "failed"
+            store.add_attempt(Attempt(run_id=run.id, task_id=node.task_id, status=status, best_node_id=node.id))
+        store.finish_run(run.id)
+    return run.id
+
+
+def test_show_prints_a_named_interval_that_does_not_collapse_at_none_or_all_passed(
+    capsys: pytest.CaptureFixture[str], settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # one figure a line
+    failed, passed = stored_outcomes(settings, False), stored_outcomes(settings, True)
+    code, out, _ = cli(capsys, settings, "runs", "show", failed)
+    assert code == 0 and "0.0% [95% Wilson CI 0.0%, 43.4%], 0/5 tasks" in out and "0.0%, 0.0%" not in out
+    assert "pass@1 0.0% [95% Wilson CI 0.0%, 43.4%]" in out
+    assert "not recorded for this run" in out and "before provenance" not in out
+    code, out, _ = cli(capsys, settings, "runs", "show", passed, "--json")
+    held = json.loads(out)["figures"]["held_out"]
+    assert code == 0 and held["interval"] == "wilson" and held["high"] == 1.0
+    assert held["low"] == pytest.approx(0.5655, abs=1e-4) and held["pass_at_k"][0]["interval"] == "wilson"
+    assert json.loads(out)["provenance_note"] == "not recorded for this run"
+    code, out, _ = cli(capsys, settings, "runs", "compare", failed, passed)
+    assert code == 0 and "-100.0 points [95% paired bootstrap CI -100.0, -100.0]" in out  # every task a loss
+    assert "McNemar exact p" in out
 
 
 def test_report_and_compare_errors_are_one_line(capsys: pytest.CaptureFixture[str], settings: Settings) -> None:

@@ -1,4 +1,4 @@
-"""The estimators against known values: pass@k (Chen et al. 2021), exact McNemar, bootstrap intervals."""
+"""The estimators against known values: pass@k (Chen et al. 2021), exact McNemar, Wilson and bootstrap intervals."""
 
 from __future__ import annotations
 
@@ -75,3 +75,44 @@ def test_paired_bootstrap_keeps_pairs_together() -> None:
     assert 0.25 < low < 0.5 < high < 0.75
     with pytest.raises(ValueError, match="equal lengths"):
         stats.paired_bootstrap_interval([1.0], [1.0, 0.0])
+
+
+@pytest.mark.parametrize(
+    ("successes", "trials", "low", "high"),
+    [
+        (0, 5, 0.0, 0.43448),  # the all-failed run that used to print [0.0%, 0.0%]
+        (5, 5, 0.56552, 1.0),
+        (1, 5, 0.03622, 0.62447),
+        (7, 20, 0.18119, 0.56714),
+        (0, 1, 0.0, 0.79346),
+        (50, 100, 0.40383, 0.59617),
+    ],
+)
+def test_wilson_interval_against_known_values(successes: int, trials: int, low: float, high: float) -> None:
+    found = stats.wilson_interval(successes, trials)
+    assert found == pytest.approx((low, high), abs=5e-5)
+    assert found[0] < found[1]  # never a point, even at 0/n and n/n
+    assert found[0] <= successes / trials <= found[1]
+
+
+def test_wilson_interval_is_exact_at_the_ends_symmetric_and_refuses_bad_counts() -> None:
+    for trials in (1, 2, 5, 30, 164):
+        assert stats.wilson_interval(0, trials)[0] == 0.0 and stats.wilson_interval(trials, trials)[1] == 1.0
+        for successes in range(trials + 1):
+            low, high = stats.wilson_interval(successes, trials)
+            mirror_low, mirror_high = stats.wilson_interval(trials - successes, trials)
+            assert 0.0 <= low < high <= 1.0
+            assert (low, high) == pytest.approx((1 - mirror_high, 1 - mirror_low), abs=1e-12)
+    assert stats.wilson_interval(3, 10, level=0.99)[1] > stats.wilson_interval(3, 10)[1]  # wider at 99%
+    for successes, trials in ((0, 0), (6, 5), (-1, 5)):
+        with pytest.raises(ValueError, match="Wilson interval needs"):
+            stats.wilson_interval(successes, trials)
+
+
+def test_mean_interval_names_its_method_wilson_for_outcomes_bootstrap_otherwise() -> None:
+    low, high, method = stats.mean_interval([0.0] * 5)
+    assert method == "wilson" and low == 0.0 and high == pytest.approx(0.43448, abs=5e-5)
+    assert stats.mean_interval([1.0, 0.0, 1.0])[2] == "wilson"
+    low, high, method = stats.mean_interval([0.25, 0.5, 1.0, 0.0])
+    assert method == "bootstrap" and (low, high) == stats.bootstrap_interval([0.25, 0.5, 1.0, 0.0])
+    assert stats.INTERVAL_NAMES["wilson"] == "Wilson" and stats.INTERVAL_NAMES["paired_bootstrap"] == "paired bootstrap"

@@ -1,8 +1,10 @@
 """`veriloop runs list | show | compare | report | rerun`: what the trajectory store holds, as tables or JSON.
 
 Every pass rate is labelled with the check it counts: held-out tests (the task's verdict, the
-headline) or public tests (the ones shown to the model). Intervals are 95% bootstrap intervals
-over tasks; the statistics themselves are in `veriloop.store.stats`.
+headline) or public tests (the ones shown to the model). Every interval is 95% and names its method:
+Wilson for a pass rate (a proportion of tasks), the bootstrap over tasks for pass@k (Wilson when each
+task's estimate is 0 or 1), the paired bootstrap for a difference; the statistics themselves are in
+`veriloop.store.stats`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from veriloop.records import Run, RunStatus
 if TYPE_CHECKING:
     from veriloop.store import RunSummary
     from veriloop.store.figures import RunComparison
+    from veriloop.store.stats import IntervalMethod
     from veriloop.store.summary import CheckFigures, Provenance
 
 runs_app = typer.Typer(help="Inspect stored runs.")
@@ -53,8 +56,11 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
-def _interval(low: float | None, high: float | None) -> str:
-    return "" if low is None or high is None else f" [95% CI {low:.1%}, {high:.1%}]"
+def _interval(low: float | None, high: float | None, method: IntervalMethod) -> str:
+    """' [95% Wilson CI 0.0%, 43.4%]': the method named, so a reader knows which interval it is."""
+    from veriloop.store.stats import INTERVAL_NAMES
+
+    return "" if low is None or high is None else f" [95% {INTERVAL_NAMES[method]} CI {low:.1%}, {high:.1%}]"
 
 
 def _figure_rows(figures: CheckFigures) -> list[tuple[str, str]]:
@@ -62,12 +68,14 @@ def _figure_rows(figures: CheckFigures) -> list[tuple[str, str]]:
     rows = [
         (
             f"pass rate, {figures.label}",
-            f"{_pct(figures.pass_rate)}{_interval(figures.low, figures.high)}, "
+            f"{_pct(figures.pass_rate)}{_interval(figures.low, figures.high, figures.interval)}, "
             f"{figures.tasks_passed}/{figures.tasks} tasks",
         )
     ]
     if figures.pass_at_k:
-        shown = ", ".join(f"pass@{r.k} {_pct(r.value)}{_interval(r.low, r.high)}" for r in figures.pass_at_k)
+        shown = ", ".join(
+            f"pass@{r.k} {_pct(r.value)}{_interval(r.low, r.high, r.interval)}" for r in figures.pass_at_k
+        )
         rows.append((f"pass@k, {figures.label}", f"{shown} (n <= {figures.samples_per_task} per task)"))
     if figures.per_turn:
         turns = ", ".join(f"turn {r.turn} {_pct(r.pass_rate)}" for r in figures.per_turn)
@@ -77,9 +85,9 @@ def _figure_rows(figures: CheckFigures) -> list[tuple[str, str]]:
     return rows
 
 
-def _provenance_rows(found: Provenance | None) -> list[tuple[str, str]]:
+def _provenance_rows(found: Provenance | None, note: str | None) -> list[tuple[str, str]]:
     if found is None:
-        return [("provenance", "not recorded (run stored before provenance was kept)")]
+        return [("provenance", note or "not recorded for this run")]
     commit = f", commit {found.git_commit[:12]}" + (" (dirty)" if found.git_dirty else "") if found.git_commit else ""
     suite = found.suite
     return [
@@ -152,7 +160,7 @@ def _render_summary(summary: RunSummary) -> None:
         "time in calls",
         f"llm {_seconds(timings.llm_s)}, exec {_seconds(timings.exec_s)}, verify {_seconds(timings.verify_s)}",
     )
-    for name, value in _provenance_rows(summary.provenance):
+    for name, value in _provenance_rows(summary.provenance, summary.provenance_note):
         counts.add_row(name, value)
     console.print(counts)
     if summary.per_task:
@@ -231,7 +239,10 @@ def _render_comparison(result: RunComparison) -> None:
     lines.add_row("A wins / B wins", f"{result.wins} / {result.losses} ({result.both} both, {result.neither} neither)")
     difference = "-" if result.difference is None else f"{100 * result.difference:+.1f} points"
     if result.low is not None and result.high is not None:
-        difference += f" [95% paired bootstrap CI {100 * result.low:+.1f}, {100 * result.high:+.1f}]"
+        from veriloop.store.stats import INTERVAL_NAMES
+
+        named = INTERVAL_NAMES[result.interval]
+        difference += f" [95% {named} CI {100 * result.low:+.1f}, {100 * result.high:+.1f}]"
     lines.add_row("difference A - B", difference)
     lines.add_row("McNemar exact p", "-" if result.mcnemar_p is None else f"{result.mcnemar_p:.4g} (two-sided)")
     console.print(lines)

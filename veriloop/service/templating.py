@@ -9,6 +9,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
 from veriloop.service.views import score_colour
+from veriloop.store.stats import INTERVAL_NAMES
 from veriloop.store.summary import CheckFigures, PassAtK, TurnRate
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -18,11 +19,27 @@ def pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.0f}%"
 
 
-def interval(low: float | None, high: float | None) -> str:
-    """A 95% interval as shown beside a figure: '[12%, 40%]'."""
+def interval(low: float | None, high: float | None, method: str | None = None) -> str:
+    """A 95% interval as shown beside a figure: '[12%, 40%]', or with its method named, 'Wilson [12%, 40%]'."""
     if low is None or high is None:
         return ""
-    return f"[{100 * low:.0f}%, {100 * high:.0f}%]"
+    shown = f"[{100 * low:.0f}%, {100 * high:.0f}%]"
+    return f"{interval_name(method)} {shown}" if method else shown
+
+
+def interval_name(method: str | None) -> str:
+    """How a figure's interval method is named when shown: 'Wilson', 'bootstrap', 'paired bootstrap'."""
+    return INTERVAL_NAMES.get(method or "", method or "")
+
+
+def interval_summary(rows: list[PassAtK]) -> str:
+    """Which interval each pass@k row has: 'bootstrap', or 'Wilson for pass@1; bootstrap for pass@2, pass@4'."""
+    by_method: dict[str, list[str]] = {}
+    for row in rows:
+        by_method.setdefault(interval_name(row.interval), []).append(f"pass@{row.k}")
+    if len(by_method) == 1:
+        return next(iter(by_method))
+    return "; ".join(f"{name} for {', '.join(ks)}" for name, ks in by_method.items())
 
 
 def signed(value: float | None) -> str:
@@ -37,8 +54,8 @@ def p_value(value: float | None) -> str:
 
 
 def figure_text(figures: CheckFigures) -> str:
-    """'40% [12%, 72%], 2/5 tasks' for a check's pass rate."""
-    found = f"{pct(figures.pass_rate)} {interval(figures.low, figures.high)}".strip()
+    """'40% Wilson [12%, 72%], 2/5 tasks' for a check's pass rate."""
+    found = f"{pct(figures.pass_rate)} {interval(figures.low, figures.high, figures.interval)}".strip()
     return f"{found}, {figures.tasks_passed}/{figures.tasks} tasks"
 
 
@@ -80,6 +97,8 @@ def make_environment() -> Environment:
     env.filters["one_line"] = one_line
     env.globals["colour"] = score_colour
     env.globals["interval"] = interval
+    env.filters["interval_name"] = interval_name
+    env.filters["interval_summary"] = interval_summary
     return env
 
 

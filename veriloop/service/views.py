@@ -21,7 +21,7 @@ from veriloop.records import Attempt, Diagnostic, Node, Record, Run, RunStatus
 from veriloop.store import TrajectoryStore
 from veriloop.store.dashboard import NodeFact, node_facts
 from veriloop.store.figures import figures_for
-from veriloop.store.summary import Provenance, RunFigures, provenance_of
+from veriloop.store.summary import Provenance, RunFigures, provenance_note, provenance_of
 
 
 class RunOverview(Record):
@@ -68,6 +68,9 @@ class RunPage(Record):
     total_tasks: int | None = None
     figures: RunFigures
     provenance: Provenance | None = None
+    provenance_note: str | None = Field(
+        None, description="Why `provenance` is missing, e.g. 'not recorded for this run'."
+    )
     charts: RunCharts = Field(default_factory=RunCharts)
     tasks: list[TaskRow] = Field(default_factory=list)
     slowest: list[TaskRow] = Field(default_factory=list)
@@ -161,6 +164,7 @@ def overview(store: TrajectoryStore, run: Run, settings: Settings) -> RunPage:
         total_tasks=total,
         figures=figures_for(store, run.id, facts),
         provenance=provenance_of(run),
+        provenance_note=provenance_note(run),
         charts=charts(facts),
         tasks=tasks,
         slowest=sorted((t for t in tasks if t.seconds), key=lambda t: -t.seconds)[:5],

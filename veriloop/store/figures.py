@@ -1,6 +1,11 @@
 """A run's figures from its stored nodes and attempts: held-out and public pass rates with intervals,
 pass@k, pass rate per turn, and the paired comparison of two runs.
 
+Intervals (`veriloop.store.stats`; each record names its method in `interval`): a pass rate is a
+proportion of tasks and gets the Wilson score interval; pass@k gets the bootstrap over tasks (Wilson
+when every task's estimate is 0 or 1, which makes it a proportion too); the difference of two runs
+gets the paired bootstrap, and McNemar's exact test its p-value.
+
 Which check a node reports: nodes an agent marks `metadata["tests"] == "public"` were run on the
 public tests only (μCode's candidates); every other outcome is held-out (the task's full tests or
 its verifier), and a task's attempt is always decided held-out. pass@k counts the independent
@@ -21,6 +26,7 @@ from pydantic import Field
 from veriloop.records import STEP_KEY, Attempt, Record, Run
 from veriloop.store import stats
 from veriloop.store.dashboard import NodeFact, node_facts
+from veriloop.store.stats import IntervalMethod
 from veriloop.store.summary import (
     CHECK_LABELS,
     CHECK_MEANING,
@@ -30,6 +36,7 @@ from veriloop.store.summary import (
     RunFigures,
     RunSummary,
     TurnRate,
+    provenance_note,
     provenance_of,
 )
 from veriloop.store.trajectory import TrajectoryStore
@@ -63,13 +70,15 @@ def ks_for(most: int) -> list[int]:
 
 
 def pass_at_k_table(samples: dict[str, tuple[int, int]]) -> list[PassAtK]:
-    """pass@k per k from each task's (n, c), averaged over tasks with n >= k, with bootstrap intervals."""
+    """pass@k per k from each task's (n, c), averaged over tasks with n >= k, with 95% intervals: Wilson when each
+    task's estimate is 0 or 1 (one sample a task at k = 1, say: a proportion, whose bootstrap collapses at 0/n and
+    n/n), else the bootstrap over tasks."""
     most = max((n for n, _ in samples.values()), default=0)
     rows = []
     for k in ks_for(most):
         values = [stats.pass_at_k(n, c, k) for n, c in samples.values() if n >= k]
-        low, high = stats.bootstrap_interval(values)
-        rows.append(PassAtK(k=k, value=stats.mean(values), low=low, high=high, tasks=len(values)))
+        low, high, method = stats.mean_interval(values)
+        rows.append(PassAtK(k=k, value=stats.mean(values), low=low, high=high, interval=method, tasks=len(values)))
     return rows
 
 
@@ -105,9 +114,8 @@ def check_figures(check: Check, facts: Sequence[NodeFact], outcomes: dict[str, b
     figures = CheckFigures(check=check, label=CHECK_LABELS[check], counts=CHECK_MEANING[check], tasks=len(outcomes))
     figures.tasks_passed = sum(outcomes.values())
     if outcomes:
-        values = [float(passed) for passed in outcomes.values()]
-        figures.pass_rate = stats.mean(values)
-        figures.low, figures.high = stats.bootstrap_interval(values)
+        figures.pass_rate = figures.tasks_passed / len(outcomes)
+        figures.low, figures.high = stats.wilson_interval(figures.tasks_passed, len(outcomes))
     figures.per_turn = per_turn(facts, len(outcomes | {fact.task_id: False for fact in facts}))
     samples = first_turn_samples(facts)
     figures.samples_per_task = max((n for n, _ in samples.values()), default=0)
@@ -178,8 +186,9 @@ class RunComparison(Record):
     both: int = 0
     neither: int = 0
     difference: float | None = Field(None, description="a_rate - b_rate on the shared tasks.")
-    low: float | None = Field(None, description="95% paired bootstrap interval of the difference.")
+    low: float | None = Field(None, description="95% paired bootstrap interval of the difference (tasks resampled).")
     high: float | None = None
+    interval: IntervalMethod = Field("paired_bootstrap", description="The interval's method: the paired bootstrap.")
     mcnemar_p: float | None = Field(None, description="Exact two-sided McNemar p-value from wins and losses.")
     same_suite: bool = True
     tasks: list[TaskPair] = Field(default_factory=list)
@@ -232,4 +241,5 @@ def full_summary(store: TrajectoryStore, run_id: str) -> RunSummary:
     summary = store.run_summary(run_id)
     summary.figures = figures_for(store, summary.run.id)
     summary.provenance = provenance_of(summary.run)
+    summary.provenance_note = provenance_note(summary.run)
     return summary

@@ -1,11 +1,19 @@
-"""The estimators behind every reported figure: unbiased pass@k, bootstrap intervals, exact McNemar.
+"""The estimators behind every reported figure: unbiased pass@k, Wilson and bootstrap intervals, exact McNemar.
 
 Pure functions over plain numbers (no store), so the CLI, the API, the dashboard and the
 reports compute one figure one way. Bootstraps are seeded: the same data gives the same interval.
 
 * pass@k (Chen et al. 2021, "Evaluating Large Language Models Trained on Code"): with n samples of
   which c passed, 1 - C(n-c, k) / C(n, k), the unbiased estimate of "at least one of k passes".
-* Bootstrap intervals resample tasks with replacement (percentile method, 95% by default).
+* A proportion (a pass rate: x of n tasks passed) gets the Wilson score interval (Wilson 1927). A
+  percentile bootstrap of 0/1 outcomes collapses to a point at 0/n and n/n ("0.0% [0.0%, 0.0%]"), and
+  so does the normal (Wald) interval; Wilson's never does (0/5 gives [0, 0.434]). Wilson rather than
+  Clopper-Pearson: its coverage stays near the nominal 95% for small n (Brown, Cai and DasGupta 2001,
+  "Interval Estimation for a Binomial Proportion", recommend it there), where Clopper-Pearson's is
+  always above it and its intervals wider (0/5: [0, 0.522]); and it is closed-form, so it needs no
+  beta quantile (SciPy is not a dependency).
+* Bootstrap intervals (pass@k averaged over tasks, which is not a proportion once a task draws n > 1
+  samples) resample tasks with replacement (percentile method, 95% by default).
 * The paired bootstrap resamples the tasks both runs solved or failed, keeping each task's pair.
 * McNemar's exact test: under "no difference" the discordant tasks split Binomial(b + c, 1/2);
   the two-sided p-value doubles the smaller tail (capped at 1).
@@ -14,9 +22,17 @@ reports compute one figure one way. Bootstraps are seeded: the same data gives t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from math import comb
+from math import comb, sqrt
+from statistics import NormalDist
+from typing import Literal
 
 import numpy as np
+
+IntervalMethod = Literal["wilson", "bootstrap", "paired_bootstrap"]
+"""Which interval a figure carries: named in every figure record, and printed beside it."""
+
+INTERVAL_NAMES: dict[str, str] = {"wilson": "Wilson", "bootstrap": "bootstrap", "paired_bootstrap": "paired bootstrap"}
+"""How the CLI, the dashboard and the reports name each method ("95% Wilson CI")."""
 
 BOOTSTRAP_SAMPLES = 2000
 """Resamples per interval: enough for a stable 95% percentile interval on a few hundred tasks."""
@@ -38,6 +54,37 @@ def mean(values: Sequence[float]) -> float:
     if not values:
         raise ValueError("the mean of no values is undefined")
     return sum(values) / len(values)
+
+
+def wilson_interval(successes: int, trials: int, *, level: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of a proportion `successes / trials`: never a point, and within [0, 1].
+
+    0/n has lower bound exactly 0 and n/n upper bound exactly 1; 0/5 gives [0, 0.4345], 5/5 [0.5655, 1].
+    """
+    if trials < 1 or not 0 <= successes <= trials:
+        raise ValueError(f"a Wilson interval needs 0 <= successes <= trials and trials >= 1, got {successes}/{trials}")
+    if not 0 < level < 1:
+        raise ValueError(f"the level must be between 0 and 1, got {level}")
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    share, z2 = successes / trials, z * z
+    denominator = 1 + z2 / trials
+    centre = (share + z2 / (2 * trials)) / denominator
+    half = z * sqrt(share * (1 - share) / trials + z2 / (4 * trials * trials)) / denominator
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == trials else min(1.0, centre + half)
+    return low, high
+
+
+def is_proportion(values: Sequence[float]) -> bool:
+    """Whether every value is a 0 or a 1: then their mean is a proportion, with a Wilson interval."""
+    return bool(values) and all(value in (0.0, 1.0) for value in values)
+
+
+def mean_interval(values: Sequence[float], *, level: float = 0.95) -> tuple[float, float, IntervalMethod]:
+    """The interval of the mean of per-task values and its method: Wilson for 0/1 outcomes, else the bootstrap."""
+    if is_proportion(values):
+        return (*wilson_interval(int(sum(values)), len(values), level=level), "wilson")
+    return (*bootstrap_interval(values, level=level), "bootstrap")
 
 
 def bootstrap_interval(

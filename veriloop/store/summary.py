@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError
 
 from veriloop.records import Record, Run
+from veriloop.store.stats import IntervalMethod
 
 Check = Literal["held_out", "public"]
 
@@ -53,12 +54,16 @@ class Timings(Record):
 
 
 class PassAtK(Record):
-    """Unbiased pass@k (Chen et al. 2021) averaged over tasks, with a bootstrap interval over tasks."""
+    """Unbiased pass@k (Chen et al. 2021) averaged over tasks, with a 95% interval over tasks: Wilson when every
+    task's estimate is 0 or 1 (then the figure is a proportion of tasks), else the bootstrap."""
 
     k: int
     value: float
-    low: float | None = Field(None, description="Lower end of the 95% bootstrap interval (tasks resampled).")
-    high: float | None = Field(None, description="Upper end of the 95% bootstrap interval.")
+    low: float | None = Field(None, description="Lower end of the 95% interval (`interval` names the method).")
+    high: float | None = Field(None, description="Upper end of the 95% interval.")
+    interval: IntervalMethod = Field(
+        "bootstrap", description="wilson (every task's estimate 0 or 1) or bootstrap (tasks resampled)."
+    )
     tasks: int = Field(description="Tasks with at least k samples (the ones averaged).")
 
 
@@ -77,8 +82,9 @@ class CheckFigures(Record):
     tasks: int = Field(0, description="Tasks with an outcome of this check.")
     tasks_passed: int = 0
     pass_rate: float | None = Field(None, description="tasks_passed / tasks; None without tasks.")
-    low: float | None = Field(None, description="95% bootstrap interval of pass_rate (tasks resampled).")
-    high: float | None = None
+    low: float | None = Field(None, description="Lower end of the 95% Wilson score interval of pass_rate.")
+    high: float | None = Field(None, description="Upper end of the 95% Wilson score interval of pass_rate.")
+    interval: IntervalMethod = Field("wilson", description="The interval's method: a proportion's, Wilson's.")
     samples_per_task: int = Field(0, description="Most independent samples (first-turn candidates) of one task.")
     pass_at_k: list[PassAtK] = Field(default_factory=list)
     per_turn: list[TurnRate] = Field(default_factory=list)
@@ -135,11 +141,13 @@ class RunSummary(Record):
     pass_rate: float | None = Field(None, description="Held-out pass rate: tasks_passed / tasks; None without tasks.")
     per_task: list[TaskTreeSummary] = Field(default_factory=list)
     figures: RunFigures | None = Field(None, description="Held-out and public figures with intervals and pass@k.")
-    provenance: Provenance | None = Field(None, description="Versions, hashes and settings; None for older runs.")
+    provenance: Provenance | None = Field(None, description="Versions, hashes and settings; None when not recorded.")
+    provenance_note: str | None = Field(None, description="Why `provenance` is None, e.g. 'not recorded for this run'.")
 
 
 def provenance_of(run: Run) -> Provenance | None:
-    """The provenance stored with a run (runs made before it was recorded have none)."""
+    """The provenance stored with a run: every code path that makes a run records it (`agents.runner.with_provenance`);
+    a run stored some other way (or before provenance was kept) has none."""
     stored = run.settings.get("provenance")
     if not isinstance(stored, dict):
         return None
@@ -147,3 +155,14 @@ def provenance_of(run: Run) -> Provenance | None:
         return Provenance.model_validate(stored)
     except ValidationError:  # written by another version: show the run without it rather than fail
         return None
+
+
+def provenance_note(run: Run) -> str | None:
+    """Why a run shows no provenance, as a phrase after "provenance" ('not recorded for this run'); None when it has
+    some. Not every run without one is old (a run stored straight into the store has none), so the note says no more
+    than it knows."""
+    if provenance_of(run) is not None:
+        return None
+    if "provenance" in run.settings:
+        return "stored in a form this veriloop version cannot read"
+    return "not recorded for this run"
