@@ -60,6 +60,14 @@ def suite_of(run: Run, settings: Settings) -> Suite:
     )
 
 
+def with_provenance(run: Run, settings: Settings, *, agent_module: str, options: dict[str, Any], suite: Suite) -> Run:
+    """`run` with its provenance (`agents/provenance.py`) in `run.settings["provenance"]`: every code path that
+    stores a run of a method (this module's `create_run`, the demo's Treefinement step, the benches) passes its run
+    through here first, so no run made today is shown as "not recorded"."""
+    found = provenance.collect(settings, agent_module=agent_module, options=options, suite=suite)
+    return run.model_copy(update={"settings": {**run.settings, "provenance": found.model_dump(mode="json")}})
+
+
 def create_run(
     store: TrajectoryStore,
     settings: Settings,
@@ -87,10 +95,10 @@ def create_run(
         "sandbox": settings.sandbox.backend,
         **(extra or {}),
     }
-    run_settings["provenance"] = provenance.collect(
-        settings, agent_module=type(method).__module__, options=validated, suite=chosen
-    ).model_dump(mode="json")
-    return store.create_run(Run(agent=agent, suite=suite_key(suite), model=settings.llm.model, settings=run_settings))
+    run = Run(agent=agent, suite=suite_key(suite), model=settings.llm.model, settings=run_settings)
+    return store.create_run(
+        with_provenance(run, settings, agent_module=type(method).__module__, options=validated, suite=chosen)
+    )
 
 
 RUN_KEYS = frozenset({"options", "limit", "task_ids", "suite_version", "llm", "sandbox", "provenance"})

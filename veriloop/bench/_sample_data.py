@@ -12,10 +12,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from veriloop.config import Settings
 from veriloop.records import Prompt, Run, RunStatus, Task
 from veriloop.testing import ScriptedBackend, prompt_text
+
+if TYPE_CHECKING:
+    from veriloop.tasks import Suite
 
 NULL_REPLY = "```python\n    return None\n```"
 
@@ -43,15 +47,21 @@ def reference_backend(tasks: Sequence[Task]) -> ScriptedBackend:
     return ScriptedBackend([reply], model="scripted-reference")
 
 
-async def _run(settings: Settings, backend: ScriptedBackend, tasks: Sequence[Task]) -> str:
+async def _run(settings: Settings, backend: ScriptedBackend, suite: Suite) -> str:
     from veriloop.agents import direct
     from veriloop.agents.context import AgentContext
+    from veriloop.agents.runner import with_provenance
     from veriloop.sandbox import get_sandbox
     from veriloop.store import TrajectoryStore
 
     store = TrajectoryStore.from_settings(settings)
     sandbox = get_sandbox(settings)
-    run = store.create_run(Run(agent="direct", suite="humaneval", model=backend.model_id, status=RunStatus.RUNNING))
+    tasks = suite.tasks
+    run = Run(agent="direct", suite="humaneval", model=backend.model_id, status=RunStatus.RUNNING)
+    scripted = settings.model_copy(
+        update={"llm": settings.llm.model_copy(update={"backend": "scripted", "model": backend.model_id})}
+    )  # the model these runs really used: provenance names it, and hashes no weights it never loaded
+    run = store.create_run(with_provenance(run, scripted, agent_module=direct.__name__, options={}, suite=suite))
     store.upsert_tasks(tasks)
     ctx = AgentContext(settings, backend, sandbox, store, run)
     try:
@@ -67,7 +77,7 @@ def make_sample_runs(settings: Settings, limit: int = 5) -> SampleRuns:
     """Store the two runs (reference answers, null answers) over the first `limit` HumanEval tasks."""
     from veriloop.tasks import load_suite
 
-    tasks = load_suite("humaneval", settings).select(limit=limit).tasks
-    good = asyncio.run(_run(settings, reference_backend(tasks), tasks))
-    bad = asyncio.run(_run(settings, ScriptedBackend([NULL_REPLY], model="scripted-null"), tasks))
+    suite = load_suite("humaneval", settings).select(limit=limit)
+    good = asyncio.run(_run(settings, reference_backend(suite.tasks), suite))
+    bad = asyncio.run(_run(settings, ScriptedBackend([NULL_REPLY], model="scripted-null"), suite))
     return SampleRuns(good, bad)

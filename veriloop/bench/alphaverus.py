@@ -31,12 +31,14 @@ from typing import Any
 
 from veriloop.agents.alphaverus import AlphaVerusAgent, AlphaVerusOptions, filters, make_verifier
 from veriloop.agents.context import AgentContext
+from veriloop.agents.runner import with_provenance
 from veriloop.config import Settings
 from veriloop.llm.base import Backend
 from veriloop.records import Attempt, Run, RunStatus, Task, VerifyStatus
 from veriloop.sandbox import Sandbox
 from veriloop.search.engine import SEARCHES
 from veriloop.store import TrajectoryStore
+from veriloop.tasks import Suite
 
 
 def _log(message: str) -> None:
@@ -108,7 +110,7 @@ def save_partial(settings: Settings, result: dict[str, Any]) -> None:
 
 async def run_setting(
     name: str,
-    tasks: list[Task],
+    chosen: Suite,
     target: str,
     args: argparse.Namespace,
     settings: Settings,
@@ -118,7 +120,8 @@ async def run_setting(
     result: dict[str, Any],
     infill: str = "hints",
 ) -> dict[str, Any]:
-    """Every search on every task of one setting; one stored run per search."""
+    """Every search on every task of one setting (the suite slice `chosen`); one stored run per search."""
+    tasks = list(chosen.tasks)
     report: dict[str, Any] = result.setdefault(name, {})
     by_id = {task.id: task for task in tasks}
     store.upsert_tasks(tasks)
@@ -137,19 +140,16 @@ async def run_setting(
             prune_steps=args.prune_steps,
             temperature=args.temperature,
         )
+        validated = options.model_dump(mode="json")
+        run = Run(
+            agent="alphaverus",
+            suite=tasks[0].suite,
+            model=backend.model_id,
+            status=RunStatus.RUNNING,
+            settings={"bench": "alphaverus", "setting": name, "options": validated, "task_ids": list(by_id)},
+        )
         run = store.create_run(
-            Run(
-                agent="alphaverus",
-                suite=tasks[0].suite,
-                model=backend.model_id,
-                status=RunStatus.RUNNING,
-                settings={
-                    "bench": "alphaverus",
-                    "setting": name,
-                    "options": options.model_dump(mode="json"),
-                    "task_ids": list(by_id),
-                },
-            )
+            with_provenance(run, settings, agent_module=AlphaVerusAgent.__module__, options=validated, suite=chosen)
         )
         ctx = AgentContext(settings=settings, backend=backend, sandbox=sandbox, store=store, run=run)
         agent = AlphaVerusAgent(options)
@@ -268,23 +268,25 @@ async def run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
             _log(f"dafny_hints: {len(tasks)} programs of {suite.name} ({suite.version})")
             for infill in [mode.strip() for mode in args.infill.split(",") if mode.strip()]:
                 name = "dafny_hints" if infill == "hints" else "dafny_hints_whole"
-                await run_setting(name, tasks, "dafny", args, settings, store, backend, sandbox, result, infill)
+                shortest = suite.select(ids=[task.id for task in tasks])
+                await run_setting(name, shortest, "dafny", args, settings, store, backend, sandbox, result, infill)
             result["dafny_hints_suite"] = suite.version
             result["summary"] = summary(result, len(tasks))
         if "nagini_hints" in chosen:
             suite = load_suite("nagini-hints", settings)
-            tasks = list(suite.tasks[: args.nagini_tasks])
+            first = suite.select(limit=args.nagini_tasks)
+            tasks = list(first.tasks)
             _log(f"nagini_hints: {len(tasks)} programs of {suite.name} ({suite.version})")
             for infill in [mode.strip() for mode in args.infill.split(",") if mode.strip()]:
                 name = "nagini_hints" if infill == "hints" else "nagini_hints_whole"
-                await run_setting(name, tasks, "nagini", args, settings, store, backend, sandbox, result, infill)
+                await run_setting(name, first, "nagini", args, settings, store, backend, sandbox, result, infill)
             result["nagini_hints_suite"] = suite.version
             result["nagini_summary"] = summary(result, len(tasks), "nagini_hints")
         if "humaneval_tests" in chosen:
             suite = load_suite("humaneval", settings)
-            tasks = list(suite.tasks[: args.humaneval_tasks])
-            _log(f"humaneval_tests: {len(tasks)} problems")
-            await run_setting("humaneval_tests", tasks, "tests", args, settings, store, backend, sandbox, result)
+            first = suite.select(limit=args.humaneval_tasks)
+            _log(f"humaneval_tests: {len(first.tasks)} problems")
+            await run_setting("humaneval_tests", first, "tests", args, settings, store, backend, sandbox, result)
         names = ("dafny_hints", "dafny_hints_whole", "nagini_hints", "nagini_hints_whole", "humaneval_tests")
         result["ratios"] = {name: ratios(result[name]) for name in names if name in result}
     finally:

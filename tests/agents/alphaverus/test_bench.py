@@ -11,6 +11,8 @@ from veriloop.bench import alphaverus
 from veriloop.config import load_settings
 from veriloop.errors import ConfigError
 from veriloop.search import SEARCHES
+from veriloop.store import TrajectoryStore
+from veriloop.store.summary import provenance_of
 
 
 @pytest.mark.slow
@@ -42,6 +44,10 @@ def test_bench_reports_every_search_of_both_settings(tmp_path: Path) -> None:
     for row in report["dafny_hints"].values():  # pruning is counted apart from the model's samples
         assert row["solved"] == row["solved_by_search"] + row["solved_by_pruning"]
         assert row["nodes"] <= 2 and row["pruning_nodes"] >= 0
+    with TrajectoryStore.from_settings(settings) as store:  # every search's stored run records its provenance
+        runs = store.list_runs(agent="alphaverus", limit=100)
+    found = [provenance_of(run) for run in runs]
+    assert len(runs) == 2 * len(SEARCHES) and {p.suite.tasks if p else None for p in found} == {1}
     partial = json.loads((tmp_path / "bench" / "alphaverus.partial.json").read_text())
     assert set(partial["humaneval_tests"]) == set(SEARCHES)  # progress is saved search by search
 

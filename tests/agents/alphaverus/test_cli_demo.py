@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from veriloop.agents.alphaverus.demo import treefinement_demo
+from veriloop.agents.alphaverus.demo import SUITE, treefinement_demo
 from veriloop.cli import main
 from veriloop.config import load_settings
 from veriloop.records import VerifyStatus
 from veriloop.sandbox import get_sandbox
 from veriloop.store import TrajectoryStore
+from veriloop.store.figures import full_summary
 from veriloop.testing import ScriptedBackend
 
 
@@ -67,11 +68,22 @@ def test_run_alphaverus_cli_with_a_scripted_model(
 @pytest.mark.slow
 @pytest.mark.dafny
 async def test_demo_treefinement_summary(tmp_path: Path) -> None:
-    settings = load_settings(paths={"home": tmp_path, "data_dir": None})
+    settings = load_settings(
+        paths={"home": tmp_path, "data_dir": None}, llm={"backend": "scripted", "model": "scripted"}
+    )
     sandbox = get_sandbox(settings)
     with TrajectoryStore.from_settings(settings) as store:
         summary = await treefinement_demo(settings, store, ScriptedBackend(), sandbox, programs=1, width=2, depth=1)
+        shown = full_summary(store, summary["run_id"])
     await sandbox.aclose()
+    # the demo's run records its provenance as a runner-made run does: `runs show` never says "not recorded"
+    found = shown.provenance
+    assert found is not None and shown.provenance_note is None
+    assert (found.suite.name, found.suite.tasks, found.suite.version) == (SUITE, 1, summary["suite_version"])
+    assert found.suite.content_hash.startswith("sha256:") and (found.model, found.backend) == ("scripted", "scripted")
+    assert found.options["width"] == 2 and found.options["depth"] == 1 and found.options["target"] == "dafny"
+    assert list(found.prompt_hashes) == ["veriloop.agents.alphaverus.prompts"] and "dafny" in found.verifiers
+    assert shown.run.settings["demo"] is True and shown.run.settings["options"] == found.options
     assert summary["programs"] == 1 and summary["solved"] == 0 and summary["nodes"] == 2
     assert summary["llm_calls"] == 2 and summary["width"] == 2 and "dafny==" in summary["suite_version"]
     assert sum(summary["verdicts"].values()) == 2  # one Dafny (or rule) verdict per node, counted by status

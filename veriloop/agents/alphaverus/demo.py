@@ -13,6 +13,7 @@ from typing import Any
 
 from veriloop.agents.alphaverus import AlphaVerusAgent, AlphaVerusOptions
 from veriloop.agents.context import AgentContext
+from veriloop.agents.runner import with_provenance
 from veriloop.config import Settings
 from veriloop.llm.base import Backend
 from veriloop.records import Run, RunStatus
@@ -40,20 +41,23 @@ async def treefinement_demo(
     suite = load_suite(SUITE, bundled)  # the bundled, pre-filtered programs: no first-load Dafny scan
     tasks = sorted(suite.tasks, key=lambda task: len(task.prompt))[:programs]
     options = AlphaVerusOptions(mode="inference", target="dafny", width=width, depth=depth, max_tokens=max_tokens)
+    validated = options.model_dump(mode="json")
     store.upsert_tasks(tasks)
+    run = Run(
+        agent="alphaverus",
+        suite=SUITE,
+        model=backend.model_id,
+        status=RunStatus.RUNNING,
+        settings={
+            "options": validated,
+            "task_ids": [task.id for task in tasks],
+            "suite_version": suite.version,
+            "demo": True,
+        },
+    )
+    chosen = suite.select(ids=[task.id for task in tasks])  # the slice the run covers, for its content hash
     run = store.create_run(
-        Run(
-            agent="alphaverus",
-            suite=SUITE,
-            model=backend.model_id,
-            status=RunStatus.RUNNING,
-            settings={
-                "options": options.model_dump(mode="json"),
-                "task_ids": [task.id for task in tasks],
-                "suite_version": suite.version,
-                "demo": True,
-            },
-        )
+        with_provenance(run, bundled, agent_module=AlphaVerusAgent.__module__, options=validated, suite=chosen)
     )
     ctx = AgentContext(settings=settings, backend=backend, sandbox=sandbox, store=store, run=run)
     agent = AlphaVerusAgent(options)
