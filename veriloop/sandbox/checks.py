@@ -47,6 +47,10 @@ def _judge_step(steps: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _judge_stdio(job: Job, steps: list[dict[str, Any]], result: ExecResult) -> None:
     assert job.checks is not None
+    if not job.checks.cases:  # stdio_job refuses this; a job built by hand gets no verdict either
+        result.status = ExecStatus.INFRA_ERROR
+        result.stderr += "\nno stdin/stdout cases: nothing was compared"
+        return
     runs = [step for step in steps if step["kind"] == "run"]
     crashed = False
     for case, step in zip(job.checks.cases, runs, strict=False):
@@ -68,14 +72,24 @@ def _judge_stdio(job: Job, steps: list[dict[str, Any]], result: ExecResult) -> N
 
 
 def _judge_python(job: Job, step: dict[str, Any], results: str | None, result: ExecResult) -> None:
+    """The judge's verdict records. A run that reported no test, or whose tests never called the program, is an
+    infra error whatever else it says: it could not judge the program (never `passed`, nor a failure of it)."""
     assert job.checks is not None
     complete = False
+    no_tests = ""
     for item in _json_lines(results or ""):
         if "name" in item:
             name, message = str(item.get("name", "?")), str(item.get("message", ""))
             result.tests.append(TestOutcome(name=name, passed=item.get("passed") is True, message=message))
         elif item.get("complete") is True:
             complete = True
+        elif "no_tests" in item:
+            no_tests = str(item["no_tests"])[:2000]
+    if complete and (not result.tests or no_tests):
+        result.tests = []  # outcomes that say nothing of the program are not a pass rate either
+        result.status = ExecStatus.INFRA_ERROR
+        result.stderr += f"\nthe tests ran no test, so they say nothing of the program: {no_tests or 'no assert ran'}"
+        return
     if not complete:
         # The solution crashed before or between tests (its traceback is in stderr), or exited early.
         if step["exit_code"] != 0:

@@ -7,15 +7,21 @@ Standard library only. `main.py` calls `main(argv)` in the step process, which b
    descriptor but its stdout/stderr and two pipes, loads solution.py and then only answers calls.
 2. The judge drops the work dir from sys.path, moves to /, reads the tests from its stdin (they are on no disk the
    candidate sees) and runs them with a proxy for each name the solution defines: calling it runs the call in the
-   candidate process, and the value comes back as plain data (None, bool, int, float, str, bytes, list, tuple,
-   dict, set, frozenset; anything else is an opaque handle that fails any test that looks at it, naming its type).
+   candidate process, and the value comes back as plain data (None, bool, int, float, str, bytes, bytearray, list,
+   tuple, dict, set, frozenset; anything else is an opaque handle that fails any test that looks at it, naming its
+   type). The arguments go over as copies: the test's own objects change only through a call whose value the test
+   drops (`f(xs)` as a statement, a test of an in-place function), never through one an assert compares.
 3. Each test's outcome goes to fd 4, a pipe the candidate never held, read by the runner; a last
    `{"complete": true}` line ends it.
 
 HumanEval style (`def check(candidate): assert ...` plus an entry point) and MBPP style (top-level asserts) both
-work: every `assert` is one test, other statements are set-up run in order. `program` mode runs a whole test
-program (TransCoder's Python scripts) the same way, with its stdout captured by the judge; there its reference
-`f_gold` is called with the arguments as they were before a call of the candidate's changed them in place.
+work: every statement that runs an assert is one test, which passes only when one of its asserts ran; the other
+statements are set-up run in order. A test file with no test, or with a `check` never called with the function to
+test, gives no verdict (TestFileError; the host refuses such a file before any job runs). The task's own code (the
+prompt, less the entry point) runs in the judge too, and every name it binds is the task's, not the candidate's.
+`program` mode runs a whole test program (TransCoder's Python scripts) the same way, with its stdout captured by the
+judge; there its reference `f_gold` is called with the arguments as they were before a call of the candidate's
+changed them in place.
 """
 
 # Raw os calls on purpose (fds, fork, pipes inside the sandbox):
@@ -38,30 +44,61 @@ STDIO = "_veriloop_stdio"
 RESULTS_FD = 4
 MAX_MESSAGE = 64 << 20
 PR_SET_DUMPABLE = 4
-PLAIN_TYPES = "None, bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset or a collections dict"
+PLAIN_TYPES = (
+    "None, bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset or a collections dict"
+)
 SMALL_INT = 1 << 53
-MUTABLE = (list, dict, set)
 
 
 # --------------------------------------------------------------------------- the test file
 
+CHECK = "check"
+RAN = "_veriloop_ran"
+"""Called (in the judge) just before each assert of the test file runs: a test passes only when one of its ran."""
+EFFECT = "_veriloop_effect"
+"""Wraps each call whose value the test drops (`f(xs)` as a statement): only there do in-place changes come back."""
+DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 
-def find_check(tree: ast.Module) -> ast.FunctionDef | None:
+
+class TestFileError(ValueError):
+    """The test file can give no verdict whatever the candidate does: it runs no test (no assert, or a `check` that
+    is never called with the function to test), so judging it would turn zero tests into `passed`."""
+
+    __test__ = False  # not a pytest class
+
+
+def _outside_definitions(nodes: list[ast.stmt]) -> Any:
+    """Every node of `nodes` except what lies inside the functions, lambdas and classes they define (code that runs
+    only when called)."""
+    todo: list[ast.AST] = list(nodes)
+    while todo:
+        node = todo.pop()
+        yield node
+        if not isinstance(node, DEFINITIONS):
+            todo.extend(ast.iter_child_nodes(node))
+
+
+def find_check(tree: ast.Module) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The top-level `check` that takes the candidate (the last definition: it is the one a call would run)."""
+    found = None
     for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name == "check" and node.args.args:
-            return node
-    return None
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == CHECK:
+            found = node if node.args.posonlyargs or node.args.args else None
+    return found
 
 
-def check_call_target(tree: ast.Module) -> str | None:
-    """`check(name)` at top level names the entry point."""
-    for node in tree.body:
-        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
-            call = node.value
-            if isinstance(call.func, ast.Name) and call.func.id == "check" and call.args:
-                arg = call.args[0]
-                if isinstance(arg, ast.Name):
-                    return arg.id
+def _parameter(check: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+    return [*check.args.posonlyargs, *check.args.args][0].arg
+
+
+def check_call_target(tree: ast.Module, parameter: str = "candidate") -> str | None:
+    """The name passed to a call of `check` outside any function (`check(f)`, `check(candidate=f)`, also inside an
+    `if` or a loop): the entry point of a test file judged without one."""
+    for node in _outside_definitions(tree.body):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == CHECK:
+            given = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == parameter), None)
+            if isinstance(given, ast.Name):
+                return given.id
     return None
 
 
@@ -70,37 +107,158 @@ def is_check_call(node: ast.stmt) -> bool:
         isinstance(node, ast.Expr)
         and isinstance(node.value, ast.Call)
         and isinstance(node.value.func, ast.Name)
-        and node.value.func.id == "check"
+        and node.value.func.id == CHECK
     )
 
 
-def plan(tests: str, entry_point: str | None) -> tuple[list[ast.stmt], list[ast.stmt], str | None, str | None]:
-    """(top-level set-up, test body, check's parameter name, entry point) for a test file."""
+def _asserting_functions(tree: ast.Module) -> set[str]:
+    """Names of the functions the test file defines that run an assert when called, directly or through another."""
+    functions = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)]
+    found: set[str] = set()
+    while True:
+        more = {
+            function.name
+            for function in functions
+            if function.name not in found and any(_asserts(node, found) for node in function.body)
+        }
+        if not more:
+            return found
+        found |= more
+
+
+def _asserts(statement: ast.stmt, functions: set[str]) -> bool:
+    """Whether running `statement` runs an assert: one of its own, or a call of a function of `functions`."""
+    if isinstance(statement, DEFINITIONS):
+        return False
+    return any(
+        isinstance(node, ast.Assert) or (isinstance(node, ast.Name) and node.id in functions)
+        for node in _outside_definitions([statement])
+    )
+
+
+class Plan:
+    """How the judge runs a test file: `setup` statements first, then `body`, where the statements at `tests` are
+    the tests (each reported); `parameter` is bound to the solution's `entry` (HumanEval's `check(candidate)`)."""
+
+    __slots__ = ("body", "entry", "parameter", "setup", "tests")
+
+    def __init__(
+        self, setup: list[ast.stmt], body: list[ast.stmt], tests: list[int], parameter: str | None, entry: str | None
+    ) -> None:
+        self.setup, self.body, self.tests, self.parameter, self.entry = setup, body, tests, parameter, entry
+
+
+def plan(tests: str, entry_point: str | None) -> Plan:
+    """The plan of a test file, or TestFileError when it runs no test.
+
+    A test is a statement of the body (`check`'s, else the file's) that runs an assert when it runs; the others are
+    set-up. A `check` that is never called with the function to test (and no entry point given) is an error, not a
+    file of zero tests, as is one the judge cannot run as its statements (a generator, a coroutine, `return` inside
+    a block: calling it would run no assert)."""
     tree = ast.parse(tests, TESTS)
     check = find_check(tree)
-    entry = entry_point or check_call_target(tree)
-    if check is not None and entry:
+    if check is None:
+        setup: list[ast.stmt] = []
+        body, parameter, entry = list(tree.body), None, None
+    else:
+        parameter = _parameter(check)
+        entry = entry_point or check_call_target(tree, parameter)
+        if not entry:
+            raise TestFileError(
+                f"the tests define {CHECK}({parameter}) but never call it with the function to test, and no entry "
+                "point was given: name the function (entry_point, --entry-point) or end the tests with "
+                f"{CHECK}(<function>)"
+            )
+        if isinstance(check, ast.AsyncFunctionDef):
+            raise TestFileError(f"the tests' {CHECK} is a coroutine function: calling it runs none of its asserts")
         setup = [node for node in tree.body if not is_check_call(node)]
-        return setup, list(check.body), check.args.args[0].arg, entry
-    return [], list(tree.body), None, None
-
-
-def helper_nodes(source: str, entry_point: str | None) -> list[ast.stmt]:
-    """The task's own definitions the judge makes itself: the imports, functions and classes of its code (the
-    prompt), less the entry point, which is the candidate's to write."""
-    tree = ast.parse(source)
-    definitions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-    return [
-        node
-        for node in tree.body
-        if isinstance(node, ast.Import | ast.ImportFrom) or (isinstance(node, definitions) and node.name != entry_point)
-    ]
+        body = []
+        for node in check.body:  # statements after a `return` of check's own body never run
+            if isinstance(node, ast.Return):
+                break
+            body.append(node)
+        for node in _outside_definitions(body):
+            if isinstance(node, ast.Yield | ast.YieldFrom | ast.Await | ast.Return | ast.Nonlocal):
+                raise TestFileError(
+                    f"the tests' {CHECK} has a {type(node).__name__.lower()} on line {node.lineno}, which the judge "
+                    f"cannot run as {CHECK}'s statements (as a generator or a coroutine it would run no assert)"
+                )
+    functions = _asserting_functions(tree)
+    indexes = [index for index, node in enumerate(body) if _asserts(node, functions)]
+    if not indexes:
+        where = f"{CHECK}({parameter})" if check is not None else "the tests"
+        raise TestFileError(f"{where} hold no assert that runs: there is no test to pass")
+    return Plan(setup, body, indexes, parameter, entry)
 
 
 def count_tests(tests: str, entry_point: str | None = None) -> int:
-    """How many tests the harness will report for this test file (the host checks the count)."""
-    _, body, _, _ = plan(tests, entry_point)
-    return sum(isinstance(node, ast.Assert) for node in body)
+    """How many tests the harness will report for this test file (the host checks the count); TestFileError (a
+    ValueError) when it has none, SyntaxError when it does not parse."""
+    return len(plan(tests, entry_point).tests)
+
+
+class _Instrument(ast.NodeTransformer):
+    """The judge's additions to the trusted test code: a counter before each assert, and calls whose value is
+    dropped made through EFFECT (the test uses what they do to their arguments, not what they return)."""
+
+    def visit_Assert(self, node: ast.Assert) -> list[ast.stmt]:
+        self.generic_visit(node)
+        ran = ast.Expr(ast.Call(ast.Name(RAN, ast.Load()), [], []))
+        return [ast.copy_location(ran, node), node]
+
+    def visit_Expr(self, node: ast.Expr) -> ast.Expr:
+        self.generic_visit(node)
+        call = node.value
+        if isinstance(call, ast.Call):
+            wrapped = ast.Call(ast.Name(EFFECT, ast.Load()), [call.func, *call.args], call.keywords)
+            node.value = ast.copy_location(wrapped, call)
+        return node
+
+
+def instrument(statement: ast.stmt) -> ast.Module:
+    """One statement of the test file as a module the judge runs, with RAN and EFFECT calls added."""
+    changed = _Instrument().visit(statement)
+    return ast.fix_missing_locations(ast.Module(changed if isinstance(changed, list) else [changed], []))
+
+
+def _bound_names(targets: list[ast.AST]) -> set[str]:
+    """Module-level names that `targets` (statements) bind or delete, not counting function and class bodies, plus
+    the names any function among them declares `global`."""
+    names: set[str] = set()
+    for node in _outside_definitions(targets):  # type: ignore[arg-type]
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+            names.add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.alias):
+            names.add(node.asname or node.name.split(".")[0])
+        elif isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar) and node.name:
+            names.add(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            names.add(node.rest)
+    for node in ast.walk(ast.Module(list(targets), [])):  # type: ignore[arg-type]
+        if isinstance(node, ast.Global):
+            names.update(node.names)
+    names.discard("*")
+    return names
+
+
+def _is_entry(node: ast.stmt, entry_point: str | None) -> bool:
+    return isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == entry_point
+
+
+def helper_nodes(source: str, entry_point: str | None) -> list[ast.stmt]:
+    """The task's own code (the prompt) the judge runs itself: all of it, less the entry point's definition, which is
+    the candidate's to write."""
+    return [node for node in ast.parse(source, HELPERS).body if not _is_entry(node, entry_point)]
+
+
+def helper_names(source: str, entry_point: str | None) -> set[str]:
+    """Every name the task's code binds at module level (constants, assignments of any form, imports, functions,
+    classes, deletions, `global`s), less the entry point: the judge never takes these from the candidate."""
+    names = _bound_names(list(helper_nodes(source, entry_point)))
+    names.discard(entry_point or "")
+    return names
 
 
 # --------------------------------------------------------------------------- plain data on the wire
@@ -128,6 +286,8 @@ def encode(value: Any, refs: dict[int, Any] | None) -> Any:
         return {"z": [encode(item, refs) for item in value]}
     if kind is bytes:
         return {"b": value.hex()}
+    if kind is bytearray:
+        return {"B": value.hex()}
     if kind in _COLLECTIONS:  # stdlib dict types the judge rebuilds itself (their comparisons are the stdlib's)
         return {_COLLECTIONS[kind]: [[encode(key, refs), encode(item, refs)] for key, item in value.items()]}
     if kind is complex:
@@ -148,6 +308,8 @@ def _collections() -> dict[type, str]:
 
 
 _COLLECTIONS = _collections()
+MUTABLE = (list, dict, set, bytearray, *_COLLECTIONS)
+"""What an effect call's changes to its arguments are carried back into (`_sync`)."""
 
 
 def _type_name(value: Any) -> str:
@@ -182,6 +344,8 @@ def decode(data: Any) -> Any:
         return int(body, 16)
     if tag == "b" and type(body) is str:
         return bytes.fromhex(body)
+    if tag == "B" and type(body) is str:
+        return bytearray.fromhex(body)
     if type(body) is not list:
         raise ProtocolError(f"bad tagged value {tag!r}")
     if tag == "t":
@@ -362,6 +526,8 @@ def _answer(request: dict[str, Any], refs: dict[int, Any]) -> dict[str, Any]:
                 return int(body, 16)
             if tag == "b":
                 return bytes.fromhex(body)
+            if tag == "B":
+                return bytearray.fromhex(body)
             if tag == "c":
                 return complex(*body)
             items = [local(item) for item in body]
@@ -386,10 +552,13 @@ def _answer(request: dict[str, Any], refs: dict[int, Any]) -> dict[str, Any]:
         return {"e": [type(exc).__name__, str(exc)[:4000], trace[-8000:]]}
     try:
         answer = {"v": encode(result, refs)}
-        if any(type(arg) in MUTABLE for arg in args):  # arguments changed in place go back too (sorts, fills)
+        if request.get("x") is True:  # an effect call: the arguments as the call left them go back (sorts, fills)
             after = [encode(arg, refs) for arg in args]
             if after != request["a"]:
                 answer["m"] = after
+            named = [[key, encode(item, refs)] for key, item in kwargs.items()]
+            if named != request["k"]:
+                answer["mk"] = named
         return answer
     except (RecursionError, ValueError) as exc:
         return {"e": ["TypeError", f"the returned {_type_name(result)} cannot be sent: {exc}", ""]}
@@ -411,6 +580,8 @@ class Channel:
         self.lines = Lines(answers)
         self.status: int | None = None
         self.broken = ""
+        self.calls = 0
+        """Calls made into the candidate's process: tests that never made one said nothing of the program."""
         self.originals: dict[int, tuple[Any, Any]] | None = None
         """id -> (an argument the candidate changed in place, a copy from before), where kept (`program` mode)."""
 
@@ -428,16 +599,22 @@ class Channel:
         except (ProtocolError, ValueError, RecursionError) as exc:
             raise self._break(exc) from None
 
-    def call(self, target: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def call(self, target: int, args: tuple[Any, ...], kwargs: dict[str, Any], effect: bool = False) -> Any:
+        """Run a call in the candidate's process. The arguments travel as copies, so nothing the candidate does to
+        them reaches the test's objects, except for an `effect` call (one whose value the test drops): there its
+        changes to list, dict, set and bytearray arguments are made to the test's objects."""
         request = {"f": target, "a": encode(list(args), None), "k": [[k, encode(v, None)] for k, v in kwargs.items()]}
+        if effect:
+            request["x"] = True
         if self.broken:
             raise CandidateGone(self.broken)
+        self.calls += 1
         try:
             _send(self.requests, request)
         except OSError:
             raise CandidateGone(self._ended()) from None
         answer = self.receive()
-        if "v" in answer and set(answer) <= {"v", "m"}:
+        if "v" in answer and set(answer) <= ({"v", "m", "mk"} if effect else {"v"}):
             try:
                 if "m" in answer:
                     changed = decode(answer["m"])
@@ -446,6 +623,15 @@ class Channel:
                     for old, new in zip(args, changed, strict=True):
                         self._keep_original(old)
                         _sync(old, new)
+                if "mk" in answer:
+                    named = decode(answer["mk"])
+                    if type(named) is not list or any(type(p) is not list or len(p) != 2 for p in named):
+                        raise ProtocolError("bad changed keyword arguments")
+                    for key, new in named:
+                        if type(key) is not str or key not in kwargs:
+                            raise ProtocolError("a changed keyword argument that was not passed")
+                        self._keep_original(kwargs[key])
+                        _sync(kwargs[key], new)
                 return decode(answer["v"])
             except TypeError as exc:  # a handle inside a set or a dict key: not plain data
                 raise TypeError(str(exc)) from None
@@ -499,10 +685,13 @@ class Channel:
 
 
 def _sync(old: Any, new: Any) -> None:
-    """Carry an in-place change of a list, dict or set argument over to the judge's object (inner identities kept)."""
+    """Carry an in-place change of an effect call's argument (a list, dict, set, bytearray or stdlib dict) over to
+    the test's object (inner identities kept)."""
     if type(old) is not type(new) or type(old) not in MUTABLE:
         return
-    if type(old) is list and len(old) == len(new):
+    if type(old) is bytearray:
+        old[:] = new
+    elif type(old) is list and len(old) == len(new):
         for index, (inner_old, inner_new) in enumerate(zip(old, new, strict=True)):
             if type(inner_old) is type(inner_new) and type(inner_old) in MUTABLE:
                 _sync(inner_old, inner_new)
@@ -670,7 +859,7 @@ def main(argv: list[str]) -> int:
             namespace[name] = value
     if helpers is not None:
         try:
-            exec(compile(ast.Module(helper_nodes(helpers, entry_point), []), HELPERS, "exec"), namespace)
+            _task_code(helpers, entry_point, namespace)
         except Exception as exc:  # the task's own code: not the candidate's failure, but no verdict either
             _channel.kill()
             sys.stderr.write(f"the task's helper code failed in the judge: {type(exc).__name__}: {exc}\n")
@@ -685,6 +874,22 @@ def main(argv: list[str]) -> int:
 
 
 _SKIP = object()
+
+
+def _task_code(source: str, entry_point: str | None, namespace: dict[str, Any]) -> None:
+    """Run the task's own code (its prompt, less the entry point) in the judge's namespace. Each name it binds is
+    the task's: the candidate's value of that name is dropped first, so a name the prompt defines but leaves unbound
+    (a `del`, a branch not taken) is missing rather than the candidate's, and the entry point stays the candidate's
+    whatever the prompt does with it."""
+    for name in helper_names(source, entry_point):
+        namespace.pop(name, None)
+    theirs = namespace.get(entry_point, _SKIP) if entry_point else _SKIP
+    namespace["__name__"] = "__task__"
+    exec(compile(ast.Module(helper_nodes(source, entry_point), []), HELPERS, "exec"), namespace)
+    if entry_point:
+        namespace.pop(entry_point, None)
+        if theirs is not _SKIP:
+            namespace[entry_point] = theirs
 
 
 def _export(name: str, info: Any, entry_point: str | None) -> Any:
@@ -724,26 +929,44 @@ def _candidate_failed() -> int:
 
 def _run_asserts(tests: str, entry_point: str | None, namespace: dict[str, Any], results: Results) -> int:
     namespace["__name__"] = "__tests__"
-    setup, body, parameter, entry = plan(tests, entry_point)
+    try:
+        steps = plan(tests, entry_point)
+    except TestFileError as exc:  # the host refuses such a file; here too it is no test, never a pass
+        sys.stderr.write(f"{exc}\n")
+        results.add({"no_tests": str(exc)})
+        results.add({"complete": True})
+        return 1
+    ran = [0]
+
+    def asserted() -> None:
+        ran[0] += 1
+
+    namespace[RAN] = asserted
+    namespace[EFFECT] = _effect
     lines = tests.splitlines()
-    for node in setup:
-        exec(compile(ast.Module([node], []), TESTS, "exec"), namespace)
+    for node in steps.setup:
+        exec(compile(instrument(node), TESTS, "exec"), namespace)
     namespace[STDIO] = Proxy(0, STDIO)  # after the setup: a test file cannot rebind it to run the program here
-    if parameter is not None and entry is not None:
-        if entry not in namespace or not isinstance(namespace[entry], Proxy | Remote):
-            raise NameError(f"the solution does not define {entry!r}")
-        namespace[parameter] = namespace[entry]
+    if steps.parameter is not None and steps.entry is not None:
+        if steps.entry not in namespace or not isinstance(namespace[steps.entry], Proxy | Remote):
+            raise NameError(f"the solution does not define {steps.entry!r}")
+        namespace[steps.parameter] = namespace[steps.entry]
+    tested = set(steps.tests)
     outcomes: list[dict[str, Any]] = []
-    for node in body:
-        code = compile(ast.Module([node], []), TESTS, "exec")
-        if not isinstance(node, ast.Assert):
+    for index, node in enumerate(steps.body):
+        source = "\n".join(lines[node.lineno - 1 : (node.end_lineno or node.lineno)]).strip()
+        code = compile(instrument(node), TESTS, "exec")
+        if index not in tested:
             exec(code, namespace)
             continue
-        source = "\n".join(lines[node.lineno - 1 : (node.end_lineno or node.lineno)]).strip()
         name = f"test_{len(outcomes) + 1}:line{node.lineno}"
+        before = ran[0]
         try:
             exec(code, namespace)
-            outcomes.append({"name": name, "passed": True, "message": ""})
+            if ran[0] == before:  # no evidence: a loop over nothing, a branch not taken
+                outcomes.append({"name": name, "passed": False, "message": f"none of its asserts ran in {source}"})
+            else:
+                outcomes.append({"name": name, "passed": True, "message": ""})
         except CandidateGone as gone:
             outcomes.append({"name": name, "passed": False, "message": f"{source}\n{gone}"})
             results.add(outcomes[-1])
@@ -757,11 +980,22 @@ def _run_asserts(tests: str, entry_point: str | None, namespace: dict[str, Any],
             )
             outcomes.append({"name": name, "passed": False, "message": f"{source}\n{trace}"})
         results.add(outcomes[-1])
+    if not _channel.calls:  # the asserts checked something, but nothing of the candidate's
+        results.add({"no_tests": "no test called the program (the tests never used a function it defines)"})
     results.add({"complete": True})
     failed = [outcome for outcome in outcomes if not outcome["passed"]]
     for outcome in failed:
         sys.stderr.write(f"FAILED {outcome['name']}: {outcome['message']}\n")
     return 1 if failed else 0
+
+
+def _effect(function: Any, /, *args: Any, **kwargs: Any) -> Any:
+    """A call whose value the test drops (`f(xs)` as a statement): the test relies on what it does to its arguments,
+    so the candidate's changes to them are made to the test's objects, here and nowhere else. Every other call
+    leaves the test's data as it was: `assert f(xs) == sorted(xs)` sorts the list the test built."""
+    if type(function) is Proxy or type(function) is Remote:
+        return _channel.call(function.ref, args, kwargs, effect=True)
+    return function(*args, **kwargs)
 
 
 REFERENCE = "f_gold"
@@ -793,7 +1027,9 @@ def _run_program(program: str, namespace: dict[str, Any], results: Results) -> i
         if isinstance(node, ast.FunctionDef) and node.name == REFERENCE:
             call = ast.Call(ast.Name(REFERENCE_GUARD, ast.Load()), [ast.Name(REFERENCE, ast.Load())], [])
             body.append(ast.copy_location(ast.Assign([ast.Name(REFERENCE, ast.Store())], call), node))
-    tree.body = body
+    tree.body = [statement for node in body for statement in instrument(node).body]
+    namespace[RAN] = lambda: None
+    namespace[EFFECT] = _effect
     captured = io.StringIO()
     real = sys.stdout
     sys.stdout = captured

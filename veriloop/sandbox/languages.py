@@ -164,7 +164,10 @@ def program_job(
 def stdio_job(
     name: str, toolchain: Toolchain, code: str, cases: Sequence[StdioCase], *, limits: Limits | None = None
 ) -> Job:
-    """(b) Compile once, then one run per case with its stdin; stdout is compared with the expected text."""
+    """(b) Compile once, then one run per case with its stdin; stdout is compared with the expected text. No case is
+    a ConfigError: a job with nothing to compare would pass any program."""
+    if not cases:
+        raise ConfigError("no stdin/stdout cases: there is no test to pass")
     lang, limits = language(name), limits or Limits()
     source, steps, env = _base(lang, toolchain, code, limits)
     run = lang.run(toolchain, source, limits)
@@ -191,18 +194,22 @@ def python_tests_job(
 ) -> Job:
     """(a) A Python solution plus assert-style tests (HumanEval `check(candidate)` or MBPP asserts).
 
-    `helpers` is the task's own code (its prompt): the functions and classes it defines, other than the entry point,
-    are defined in the judge from it, so the tests call the task's `poly` (HumanEval/32), not the candidate's.
+    `helpers` is the task's own code (its prompt): all of it but the entry point runs in the judge, and every name
+    it binds (functions, classes, constants, imports) is the task's, so the tests call the task's `poly`
+    (HumanEval/32) and read its constants, not the candidate's. Tests that run no test, or that define a `check`
+    never called with the function to test (and no `entry_point`), are a ConfigError: zero tests are no verdict.
     """
     limits = limits or Limits()
     try:
         expected = harness_py.count_tests(tests, entry_point)
     except SyntaxError as exc:
         raise ConfigError(f"the tests do not parse: {exc}") from None
+    except harness_py.TestFileError as exc:
+        raise ConfigError(f"the tests cannot judge a program: {exc}") from None
     stdin = tests
     if helpers is not None:
         try:
-            harness_py.helper_nodes(helpers, entry_point)
+            harness_py.helper_names(helpers, entry_point)
         except SyntaxError as exc:
             raise ConfigError(f"the task's helper code does not parse: {exc}") from None
         stdin = json.dumps({"tests": tests, "helpers": helpers})

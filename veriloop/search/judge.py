@@ -134,6 +134,15 @@ class Verdict(Strict):
 # --------------------------------------------------------------------------- rewards
 
 
+def without_evidence(result: ExecResult) -> ExecResult:
+    """A test run's result, or an infra error where it says `passed` with no test outcome: zero tests passed of zero
+    say nothing of the program (the sandbox's checks never report that; this keeps any other path from doing so)."""
+    if result.status is not ExecStatus.PASSED or result.tests:
+        return result
+    message = f"{result.stderr}\nthe tests ran no test, so they say nothing of the program".lstrip("\n")
+    return result.model_copy(update={"status": ExecStatus.INFRA_ERROR, "stderr": message})
+
+
 def exec_reward(result: ExecResult, options: RewardOptions) -> tuple[float | None, float | None]:
     """(reward, pass rate) of a test run; infra errors give (None, None)."""
     if result.status is ExecStatus.INFRA_ERROR:
@@ -360,7 +369,7 @@ class Judge:
 
     async def _run(self, candidate: JudgeCandidate, index: int, options: RewardOptions) -> Verdict:
         job = self.job_for(candidate)
-        result = await self.sandbox.run(job)
+        result = without_evidence(await self.sandbox.run(job))
         reward, rate = exec_reward(result, options)
         return Verdict(
             index=index,

@@ -31,7 +31,11 @@ STATUS = {
 
 
 def result_from_exec(result: ExecResult) -> VerifyResult:
-    """Map an ExecResult onto the verifier vocabulary: one diagnostic per failed test."""
+    """Map an ExecResult onto the verifier vocabulary: one diagnostic per failed test. A run that says `passed` with
+    no test outcome is not verified: zero tests are no evidence (an infra error, like a task without tests)."""
+    if result.status is ExecStatus.PASSED and not result.tests:
+        message = f"{result.stderr}\nthe tests ran no test, so they say nothing of the program".lstrip("\n")
+        result = result.model_copy(update={"status": ExecStatus.INFRA_ERROR, "stderr": message})
     status = STATUS[result.status]
     passed = sum(test.passed for test in result.tests)
     failed = len(result.tests) - passed
