@@ -53,7 +53,14 @@ TASK_ID = re.compile(r"^[A-Za-z][\w.-]*/[\w.-]+$")
 SPECIAL_TOKEN = re.compile(r"<\|[^|<>\s]{1,40}\|>|</s>|<s>|<eos>|<bos>|<end_of_turn>|<start_of_turn>|<pad>")
 
 router = APIRouter(tags=["openrlhf"])
-ServiceDep = Annotated[JudgeService, Depends(service_of)]
+
+
+async def _service(request: Request) -> JudgeService:
+    """The app's judge service; an async dependency, so FastAPI does not hop to a worker thread to get it."""
+    return service_of(request)
+
+
+ServiceDep = Annotated[JudgeService, Depends(_service)]
 
 
 class RewardRequest(BaseModel):

@@ -27,7 +27,7 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -109,7 +109,14 @@ Language = Literal[  # SandboxFusion's (sandbox/runners/types.py), then veriloop
 ]
 
 router = APIRouter(tags=["sandbox-fusion"])
-ServiceDep = Annotated[JudgeService, Depends(service_of)]
+
+
+async def _service(request: Request) -> JudgeService:
+    """The app's judge service; an async dependency, so FastAPI does not hop to a worker thread to get it."""
+    return service_of(request)
+
+
+ServiceDep = Annotated[JudgeService, Depends(_service)]
 
 
 # --------------------------------------------------------------------------- the wire format
@@ -389,15 +396,16 @@ async def run_code(service: JudgeService, body: RunCodeRequest) -> RunCodeRespon
     return response_of(result, language, compile_timed_out=timed_out_compiling)
 
 
-@router.post("/run_code", responses=RESPONSES)
-async def run_code_route(body: RunCodeRequest, request: Request, service: ServiceDep) -> RunCodeResponse:
+@router.post("/run_code", response_model=RunCodeResponse, responses=RESPONSES)
+async def run_code_route(body: RunCodeRequest, request: Request, service: ServiceDep) -> Response:
     """SandboxFusion's `/run_code`: compile (where the language compiles) and run one program with its stdin."""
     work = asyncio.ensure_future(run_code(service, body))
-    watcher = asyncio.ensure_future(_watch_disconnect(request, work))
+    watcher = asyncio.ensure_future(_watch_disconnect(request, work))  # verl gave up: kill the run
     try:
-        return await work
+        answer = await work
     finally:
         watcher.cancel()
+    return Response(answer.model_dump_json(), media_type="application/json")  # one serialisation, not FastAPI's two
 
 
 @router.get("/v1/ping", responses={401: ERRORS[401]})

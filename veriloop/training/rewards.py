@@ -58,7 +58,8 @@ class LocalJudge:
 
         parsed = [c if isinstance(c, JudgeCandidate) else JudgeCandidate.model_validate(c) for c in candidates]
         options = RewardOptions.model_validate(dict(reward or {}))
-        return self.inner.judge_many(parsed, options)
+        work: Coroutine[Any, Any, Any] = self.inner.judge_many(parsed, options)
+        return work
 
     def judge(self, candidates: Sequence[Any], *, reward: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         verdicts = self._call(self._work(candidates, reward))
