@@ -170,11 +170,61 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--skip-constrained", action="store_true", help="Skip the batched run with a structure constraint per prompt."
     )
+    parser.add_argument(
+        "--models",
+        default="",
+        help="Comma-separated bundled model names, or 'all': tokens/s of each at 1 and --concurrency in flight"
+        " (the batcher runs only, one model loaded at a time), under `models` in the JSON.",
+    )
     return parser.parse_args(argv)
+
+
+PER_MODEL_SKIPS = ["--skip-16", "--skip-commvq", "--skip-numerics", "--skip-constrained", "--skip-generate"]
+
+
+def per_model(settings: Settings, args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
+    """Batch-1 and in-flight tokens/s of each named bundled model, each measured by this bench's batcher runs."""
+    from veriloop.errors import ConfigError
+    from veriloop.llm.models import BUNDLED
+
+    names = list(BUNDLED) if args.models == "all" else [name.strip() for name in args.models.split(",") if name]
+    unknown = [name for name in names if name not in BUNDLED]
+    if unknown:
+        raise ConfigError(f"--models: not bundled: {', '.join(unknown)} (bundled: {', '.join(BUNDLED)})")
+    rest: list[str] = []
+    skip_next = False
+    for item in argv:  # the other options, minus --models and its value
+        if skip_next:
+            skip_next = False
+        elif item == "--models":
+            skip_next = True
+        elif not item.startswith("--models="):
+            rest.append(item)
+    results: dict[str, Any] = {}
+    for name in names:
+        own = settings.model_copy(update={"llm": settings.llm.model_copy(update={"model": name})})
+        _progress(f"model {name}")
+        run = main(own, rest + PER_MODEL_SKIPS)
+        batched = f"batcher_{args.concurrency}"
+        results[name] = {
+            "parameters": BUNDLED[name].parameters,
+            "tokens_per_s": {
+                "batch_1": run["tokens_per_s"]["batcher_1"],
+                f"in_flight_{args.concurrency}": run["tokens_per_s"][batched],
+            },
+            f"ratio_{args.concurrency}_vs_1": run[f"ratio_{args.concurrency}_vs_1"],
+            "linear_weights": run["linear_weights"],
+            "kv_dtype": run["kv_dtype"],
+            "useful_tokens": run["useful_tokens"],
+            "load_average": run["load_average"],
+        }
+    return {"prompts": args.prompts, "max_tokens": args.max_tokens, "concurrency": args.concurrency, "models": results}
 
 
 def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
     args = _parse(argv)
+    if args.models:
+        return per_model(settings, args, argv)
     args.weights_in_runs = resolve_linear_weights(settings.llm.linear_weights)
     set_torch_threads(settings.llm.torch_threads)
     started = time.perf_counter()
