@@ -251,6 +251,30 @@ async def test_the_judge_answers_an_uncalled_check_with_an_error_not_a_pass(bwra
 
 
 @pytest.mark.bwrap
+def test_post_api_judge_answers_an_error_and_stores_no_pass(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from tests.service.test_judge import judge_settings
+    from veriloop.service.app import create_app
+    from veriloop.store import TrajectoryStore
+    from veriloop.testing import ScriptedBackend
+
+    settings = judge_settings(tmp_path)
+    body = {"candidates": [{"code": WRONG_ADD, "tests": "METADATA = {}\n\n" + CHECK}], "store": True}
+    with TestClient(create_app(settings, backend=ScriptedBackend())) as client:
+        response = client.post("/api/judge", json=body)
+    assert response.status_code == 200, response.text
+    [verdict] = response.json()["results"]
+    assert (verdict["status"], verdict["passed"], verdict["reward"]) == ("infra_error", False, None), verdict
+    assert "entry point" in verdict["error"]
+    store = TrajectoryStore(settings.store.url)
+    try:
+        assert [attempt.status for attempt in store.list_attempts(response.json()["run_id"])] == ["error"]
+    finally:
+        store.close()
+
+
+@pytest.mark.bwrap
 def test_veriloop_exec_refuses_an_uncalled_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from veriloop.cli import main
 
