@@ -20,19 +20,19 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from veriloop.verifiers import semantic
+from veriloop.verifiers import lexer, semantic
 from veriloop.verifiers.spec import (
     DAFNY_CLAUSE,
     Contract,
+    Language,
     _split_commas,
-    blank_comments,
     dafny_contracts,
     normalise,
     verus_contracts,
+    without_attributes,
 )
 
 NAME = re.compile(r"[A-Za-z_][\w'?]*")
-ATTRIBUTE = re.compile(r"\{:[^{}]*\}")
 CALLABLE_KINDS = ("method", "lemma", "function", "predicate", "constructor", "fn", "def")
 DAFNY_OTHER = re.compile(
     r"(?<![\w.])(?P<kind>datatype|codatatype|type|newtype|const)\b(?:\s*\{:[^{}]*\})*\s*(?P<name>[A-Za-z_][\w']*)"
@@ -71,10 +71,6 @@ def _names(text: str) -> set[str]:
     return set(NAME.findall(text))
 
 
-def _strip_attrs(text: str) -> str:
-    return ATTRIBUTE.sub(" ", text)
-
-
 # --------------------------------------------------------------------------- Dafny
 
 
@@ -102,34 +98,47 @@ def _extent(text: str, start: int) -> int:
     return len(text)
 
 
+_PROOF_HINT = re.compile(r"\b(assert|reveal)\b[^;{}]*;")
+
+
 def dafny_decls(code: str) -> list[Decl]:
-    text = blank_comments(code)
+    reading = lexer.dafny(code)
+    text, plain = reading.masked, reading.plain
     found: list[Decl] = []
     spans: list[tuple[int, int]] = []
     for contract in dafny_contracts(code):
         start = contract.header[0]
         end = contract.body[1] + 1 if contract.body else contract.header[1]
         spans.append((contract.body[0], contract.body[1]) if contract.body else (end, end))
-        header = text[start : contract.header[1]]
-        first_clause = DAFNY_CLAUSE.search(header)
-        signature = header[: first_clause.start()] if first_clause else header
+        first_clause = DAFNY_CLAUSE.search(text, start, contract.header[1])
+        sig_end = first_clause.start() if first_clause else contract.header[1]
+        signature = without_attributes(text, plain, start, sig_end)
         clauses = " ".join([*contract.requires, *contract.ensures, *(c for v in contract.frames.values() for c in v)])
-        body_text = text[contract.body[0] + 1 : contract.body[1]] if contract.body else None
+        body_text = plain[contract.body[0] + 1 : contract.body[1]] if contract.body else None
         # `decreases` only argues termination, which Dafny checks for the candidate's version anyway
         parts = [signature, *(f"requires {c}" for c in contract.requires), *(f"ensures {c}" for c in contract.ensures)]
         parts += [f"{k} {c}" for k in ("reads", "modifies") for c in contract.frames.get(k, [])]
-        body = text[contract.body[0] : contract.body[1] + 1] if contract.body else ""
-        if contract.kind in ("function", "predicate"):
-            body = re.sub(r"\b(assert|reveal)\b[^;{}]*;", " ", body)  # proof hints: checked, not part of the value
+        body = ""
+        if contract.body:
+            body_start, body_end = contract.body[0], contract.body[1] + 1
+            body = without_attributes(text, plain, body_start, body_end)
+            if contract.kind in ("function", "predicate"):  # proof hints: checked, not part of the value
+                hints, out = without_attributes(text, text, body_start, body_end), list(body)
+                for hint in _PROOF_HINT.finditer(hints):
+                    out[hint.start() : hint.end()] = " " * (hint.end() - hint.start())
+                body = "".join(out)
         parts.append(body)
+        mentions = _names(reading_names(text, start, sig_end)) | _names(clauses)
+        if "{:autocontracts}" in contract.attributes:
+            mentions |= {"Valid", "Repr"}  # what {:autocontracts} adds to the contract
         found.append(
             Decl(
                 name=contract.name,
                 kind=contract.kind,
-                text=normalise(_strip_attrs(" ".join(parts))),
-                signature=normalise(_strip_attrs(signature)),
-                mentions=_names(_strip_attrs(signature)) | _names(clauses),
-                defines=_names(_strip_attrs(text[start:end])),
+                text=normalise(" ".join(parts)),
+                signature=normalise(signature),
+                mentions=mentions,
+                defines=_names(reading_names(text, start, end)),
                 contract=contract,
                 body_text=body_text if contract.kind in ("function", "predicate") else None,
             )
@@ -138,32 +147,40 @@ def dafny_decls(code: str) -> list[Decl]:
         if any(a < match.start() < b for a, b in spans):
             continue
         end = _extent(text, match.end())
-        whole = _strip_attrs(text[match.start() : end])
+        whole = without_attributes(text, plain, match.start(), end)
         found.append(
             Decl(
                 name=match.group("name"),
                 kind=match.group("kind"),
                 text=normalise(whole),
                 signature=normalise(whole),
-                mentions=_names(whole),
+                mentions=_names(reading_names(text, match.start(), end)) | _names(whole),
                 defines=_names(whole),
             )
         )
     return found
 
 
+def reading_names(masked: str, start: int, end: int) -> str:
+    """The code of `masked[start:end]` with its attributes blanked: the names it mentions as code."""
+    return without_attributes(masked, masked, start, end)
+
+
 # --------------------------------------------------------------------------- Verus
 
 
+VERUS_SECTION = re.compile(r"\b(requires|ensures|recommends|decreases|returns)\b")
+
+
 def verus_decls(code: str) -> list[Decl]:
-    text = blank_comments(code)
+    reading = lexer.rust(code)
+    text, plain = reading.masked, reading.plain
     found: list[Decl] = []
     for contract in verus_contracts(code):
         start = contract.header[0]
         end = contract.body[1] + 1 if contract.body else contract.header[1]
-        header = text[start : contract.header[1]]
-        first = re.search(r"\b(requires|ensures|recommends|decreases|returns)\b", header)
-        signature = header[: first.start()] if first else header
+        first = VERUS_SECTION.search(text, start, contract.header[1])
+        signature = plain[start : first.start() if first else contract.header[1]]
         prefix = text[max(0, start - 30) : start]
         spec_fn = re.match(r"(?:pub\s+)?spec\b", text[start:]) or re.search(
             r"\bspec\s*(\(\s*checked\s*\))?\s*$", prefix
@@ -173,10 +190,10 @@ def verus_decls(code: str) -> list[Decl]:
             Decl(
                 name=contract.name,
                 kind="spec" if spec_fn else "fn",
-                text=normalise(text[start:end]),
-                signature=normalise(signature),
-                mentions=_names(signature) | _names(clauses),
-                defines=_names(text[start:end]),
+                text=normalise(plain[start:end], "rust"),
+                signature=normalise(signature, "rust"),
+                mentions=_names(text[start : first.start() if first else contract.header[1]]) | _names(clauses),
+                defines=_names(plain[start:end]),
                 contract=contract,
             )
         )
@@ -299,19 +316,20 @@ def closure(spec: list[Decl]) -> tuple[list[Decl], list[Decl]]:
     return roots, list(members.values())
 
 
-def _items(clauses: list[str]) -> set[str]:
-    return {normalise(part) for clause in clauses for part in _split_commas(clause) if part.strip()}
+def _items(clauses: list[str], language: Language) -> set[str]:
+    return {normalise(part, language) for clause in clauses for part in _split_commas(clause) if part.strip()}
 
 
 def frame_check(kind: str, name: str, wanted: Contract, got: Contract) -> str | None:
     """Frames no wider than the task's; a `decreases` the task states kept as it is."""
+    language = wanted.language
     for frame in ("modifies", "reads"):
-        allowed = _items(wanted.frames.get(frame, []))
-        extra = sorted(_items(got.frames.get(frame, [])) - allowed)
+        allowed = _items(wanted.frames.get(frame, []), language)
+        extra = sorted(_items(got.frames.get(frame, []), language) - allowed)
         if extra:
             return f"{kind} {name}: `{frame} {extra[0]}` is wider than the task's frame"
-    wanted_dec = _items(wanted.frames.get("decreases", []))
-    if wanted_dec and _items(got.frames.get("decreases", [])) != wanted_dec:
+    wanted_dec = _items(wanted.frames.get("decreases", []), language)
+    if wanted_dec and _items(got.frames.get("decreases", []), language) != wanted_dec:
         return f"{kind} {name}: the task's `decreases` clause was changed"
     return None
 
@@ -363,9 +381,14 @@ def _proved_same(member: Decl, other: Decl, translate: semantic.Translate) -> bo
         return False
     if member.body_text is None or other.body_text is None:
         return False
-    if [normalise(c) for c in member.contract.requires] != [normalise(c) for c in other.contract.requires]:
+    language = member.contract.language
+    if [normalise(c, language) for c in member.contract.requires] != [
+        normalise(c, language) for c in other.contract.requires
+    ]:
         return False
-    if [normalise(c) for c in member.contract.ensures] != [normalise(c) for c in other.contract.ensures]:
+    if [normalise(c, language) for c in member.contract.ensures] != [
+        normalise(c, language) for c in other.contract.ensures
+    ]:
         return False
     names = {**member.contract.params}
     return semantic.same_value(names, member.contract.requires, member.body_text, other.body_text) is True

@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from veriloop.records import Candidate, Task, VerifyResult, VerifyStatus
-from veriloop.verifiers import closure, semantic
+from veriloop.verifiers import closure, lexer, semantic
 from veriloop.verifiers.base import Verifier
 from veriloop.verifiers.spec import (
     Contract,
+    Language,
     blank_comments,
     dafny_contracts,
     nagini_contracts,
@@ -57,7 +58,11 @@ class Dialect:
     decls: Callable[[str], list[closure.Decl]]
     """The declarations the specification closure is made of."""
     strip: Callable[[str], str] = blank_comments
-    """The code without comments (and docstrings), so escapes are looked for in code only."""
+    """The code without comments and literal contents, as the tool's lexer reads it, so escapes are looked for in
+    code only (and a string cannot fake one)."""
+    scan: Callable[[str], list[str]] | None = None
+    """Escapes read from the tool's tokens where a pattern is not enough (attributes skipped, clause lists read):
+    their reasons; one that the spec itself has is allowed, like a pattern's."""
     trust: Callable[[str], str | None] | None = None
     """Further ways around the tool that need more than a pattern (Nagini: imports, redefined contract names)."""
     uninterpreted: Callable[[Contract], bool] = _any
@@ -87,19 +92,33 @@ def _nagini_pure(contract: Contract) -> bool:
 
 
 def _strip_python(code: str) -> str:
-    """Python source without comments and docstrings, so escapes are looked for in code only."""
+    """Python source as its parser reads it, without comments and with every string constant emptied (docstrings
+    included), so escapes are looked for in code only, and every name appears as Python resolves it (NFKC)."""
     try:
         tree = ast.parse(code)
     except SyntaxError:
         return code
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str | bytes):
+            node.value = type(node.value)()
     return ast.unparse(tree)
+
+
+def _dafny_code(code: str) -> str:
+    """Dafny code as Dafny's scanner reads it, with comments and literal contents blanked."""
+    return lexer.dafny(code).masked
+
+
+def _rust_code(code: str) -> str:
+    """Rust code as rustc's lexer reads it, with comments and literal contents blanked."""
+    return lexer.rust(code).masked
 
 
 TRIVIAL = {"true", "True", "( true )", "( True )"}
 
 
-def _trivial_text(clause: str) -> bool:
-    tokens = normalise(clause)
+def _trivial_text(clause: str, language: Language = "dafny") -> bool:
+    tokens = normalise(clause, language)
     if tokens in TRIVIAL:
         return True
     for op in (" == ", " <==> ", " >= ", " <= "):
@@ -108,6 +127,17 @@ def _trivial_text(clause: str) -> bool:
             if left.strip() == right.strip() and left.strip():
                 return True
     return False
+
+
+def counterpart(contracts: list[Contract], contract: Contract) -> Contract | None:
+    """The declaration of `contracts` that stands for `contract`: the one in the same class or module (the last, as
+    Dafny would refuse two), else the only one of that name (a spec whose braces do not balance reads its scopes
+    differently; its contract is still compared)."""
+    same = [c for c in contracts if c.qualname == contract.qualname]
+    if same:
+        return same[-1]
+    named = [c for c in contracts if c.name == contract.name]
+    return named[0] if len(named) == 1 else None
 
 
 def _names(contract: Contract, functions: dict[str, str] | None = None) -> dict[str, str]:
@@ -142,27 +172,33 @@ def static_check(dialect: Dialect, code: str, spec: str | None) -> str | None:
     for pattern, escape in dialect.escapes:
         if re.search(pattern, stripped, flags=re.M) and not re.search(pattern, allowed, flags=re.M):
             return escape
+    if dialect.scan is not None:
+        spec_has = set(dialect.scan(spec)) if spec else set()
+        for escape in dialect.scan(code):
+            if escape not in spec_has:
+                return escape
     trust = dialect.trust(code) if dialect.trust is not None else None
     if trust:
         return trust
     try:
-        contracts = {c.name: c for c in dialect.contracts(code)}
-        spec_contracts = {c.name: c for c in dialect.contracts(spec)} if spec else {}
+        listed = dialect.contracts(code)
+        spec_listed = dialect.contracts(spec) if spec else []
     except SyntaxError as exc:
         return None if not spec else _spec_unreadable(exc)
-    for contract in contracts.values():
+    for contract in listed:  # every declaration, also those that share a name (methods of two classes)
         for clause in contract.ensures:
-            if _trivial_text(clause):
+            if _trivial_text(clause, contract.language):
                 return f"trivial postcondition in {contract.name}: ensures {clause.strip()}"
-        bodiless_in_spec = contract.name in spec_contracts and spec_contracts[contract.name].body is None
+        wanted = counterpart(spec_listed, contract)
+        bodiless_in_spec = wanted is not None and wanted.body is None and wanted.kind == contract.kind
         if contract.body is None and not bodiless_in_spec and not dialect.bodiless_ok(contract):
             return f"{contract.kind} {contract.name} has no body"
-    for name, wanted in spec_contracts.items():
+    for wanted in {c.qualname: c for c in spec_listed}.values():
         if not (wanted.requires or wanted.ensures):
             continue
-        got = contracts.get(name)
+        got = counterpart(listed, wanted)
         if got is None:
-            return f"{name} of the specification is missing"
+            return f"{wanted.name} of the specification is missing"
         mismatch = _compare(dialect, wanted, got, _functions(dialect, spec))
         if mismatch:
             return mismatch
@@ -174,7 +210,7 @@ def static_check(dialect: Dialect, code: str, spec: str | None) -> str | None:
         if changed:
             return changed
     functions = _functions(dialect, code)
-    for contract in contracts.values():
+    for contract in listed:
         if contract.kind in ("function", "predicate"):
             continue
         names = _names(contract, functions)
@@ -242,8 +278,8 @@ def _nagini_trust(code: str) -> str | None:
     modules imported (their code and stubs are trusted), recursion without a termination measure."""
     try:
         tree = ast.parse(code)
-    except SyntaxError:
-        return None
+    except SyntaxError as exc:  # Nagini would not read it either; the guard cannot vouch for what it cannot read
+        return f"the candidate does not parse as Python: {exc.msg}"
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom | ast.Import):
             modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
@@ -306,12 +342,13 @@ def _spec_unreadable(exc: SyntaxError) -> str:
 
 
 def _compare(dialect: Dialect, wanted: Contract, got: Contract, functions: dict[str, str]) -> str | None:
-    have_pre = {normalise(c) for c in got.requires}
-    have_post = {normalise(c) for c in got.ensures}
-    want_pre = {normalise(c) for c in wanted.requires}
-    missing_post = [c for c in wanted.ensures if normalise(c) not in have_post]
-    missing_pre = [c for c in wanted.requires if normalise(c) not in have_pre]
-    extra_pre = [c for c in got.requires if normalise(c) not in want_pre]
+    language = wanted.language
+    have_pre = {normalise(c, language) for c in got.requires}
+    have_post = {normalise(c, language) for c in got.ensures}
+    want_pre = {normalise(c, language) for c in wanted.requires}
+    missing_post = [c for c in wanted.ensures if normalise(c, language) not in have_post]
+    missing_pre = [c for c in wanted.requires if normalise(c, language) not in have_pre]
+    extra_pre = [c for c in got.requires if normalise(c, language) not in want_pre]
     if not (missing_post or extra_pre or missing_pre):
         return None
     kept, why = semantic.spec_kept(
@@ -450,12 +487,12 @@ async def bodiless_check(dialect: Dialect, code: str, spec: str | None, check: C
     if not spec:
         return None
     try:
-        wanted = {c.name: c for c in dialect.contracts(spec)}
-        left = [
-            c
-            for c in dialect.contracts(code)
-            if c.body is None and c.name in wanted and wanted[c.name].body is None and not dialect.bodiless_ok(c)
-        ]
+        wanted = dialect.contracts(spec)
+        left = []
+        for contract in dialect.contracts(code):
+            task = counterpart(wanted, contract)
+            if contract.body is None and task is not None and task.body is None and not dialect.bodiless_ok(contract):
+                left.append(contract)
     except SyntaxError:
         return None
     if not left or (await check(spec)).status is not VerifyStatus.VERIFIED:
@@ -481,29 +518,167 @@ def trusted_warning(dialect: Dialect, result: VerifyResult) -> str | None:
 
 # --------------------------------------------------------------------------- the dialects shipped here
 
-_ATTR = r"\{\s*:\s*"
+SAFE_ATTRIBUTES = frozenset(
+    {
+        "induction",
+        "trigger",
+        "no_trigger",
+        "autotriggers",
+        "opaque",
+        "fuel",
+        "nowarn",
+        "warnShadowing",
+        "timeLimit",
+        "timeLimitMultiplier",
+        "vcs_split_on_every_assert",
+        "vcs_max_cost",
+        "vcs_max_splits",
+        "vcs_max_keep_going_splits",
+        "split_here",
+        "isolate_assertions",
+        "tailrecursion",
+        "nativeType",
+        "compile",
+        "main",
+        "test",
+        "print",
+        "abstemious",
+        "error",
+    }
+)
+"""Dafny attributes that change no verdict (checked on Dafny 2.3: with each, `ensures false` still fails). Any other
+attribute is refused unless the spec uses it: Dafny hands attributes on to Boogie, where `{:inline 1}` and `{:ignore}`
+skip a body, `{:rlimit 1}` ends in a prover error that reports `0 errors`, and `{:autocontracts}` adds preconditions
+the text does not show."""
+ATTRIBUTE_REASONS = {
+    "axiom": "{:axiom} is not allowed",
+    "verify": "{:verify false} is not allowed",
+    "extern": "{:extern} is not allowed",
+    "only": "{:only}/{:focus} (other code left unverified) is not allowed",
+    "focus": "{:only}/{:focus} (other code left unverified) is not allowed",
+    "selective_checking": "attributes that skip checks are not allowed",
+    "start_checking_here": "attributes that skip checks are not allowed",
+    "assumption": "attributes that skip checks are not allowed",
+    "termination": "{:termination false} is not allowed",
+    "inline": "{:inline} (Boogie then skips the body) is not allowed",
+    "ignore": "{:ignore} (Boogie then skips the body) is not allowed",
+    "rlimit": "{:rlimit} (a prover error that reports no errors) is not allowed",
+    "autocontracts": "{:autocontracts} (preconditions the text does not show) is not allowed",
+}
+_DAFNY_KEYWORDS = {
+    "assume": "assume statements are not allowed",
+    "expect": "expect statements are assumed by the verifier and are not allowed",
+    "include": "include directives are not allowed",
+    "refines": "module refinement is not allowed",
+}
+_CLAUSE_END = frozenset(
+    (
+        *("requires", "ensures", "modifies", "reads", "decreases", "invariant", "yield", "returns", "yields"),
+        *("witness", "method", "lemma", "function", "predicate", "constructor", "class", "trait", "module"),
+        *("iterator", "datatype", "codatatype", "newtype", "type", "const", "var", "ghost", "static", "twostate"),
+        *("inductive", "copredicate", "colemma"),
+    )
+)
+_DISPLAY_AFTER = frozenset(("decreases", "in", "then", "else", "set", "iset", "multiset", "seq", "map", "imap"))
+
+
+def _closing(tokens: list[lexer.Token], index: int) -> int:
+    """The index of the `}` that closes the brace (or `{:`) at `tokens[index]`."""
+    depth = 0
+    for at in range(index, len(tokens)):
+        if tokens[at].text in ("{", "{:"):
+            depth += 1
+        elif tokens[at].text == "}":
+            depth -= 1
+            if depth == 0:
+                return at
+    return len(tokens) - 1
+
+
+def _is_attribute(tokens: list[lexer.Token], index: int) -> bool:
+    """`{:` (or `{` `:` apart, which Dafny does not take for one but which costs nothing to refuse alike)."""
+    if tokens[index].text == "{:":
+        return True
+    return tokens[index].text == "{" and index + 1 < len(tokens) and tokens[index + 1].text == ":"
+
+
+def _attribute_reason(tokens: list[lexer.Token], index: int) -> str | None:
+    """Why the attribute at `tokens[index]` is refused, or None for one in SAFE_ATTRIBUTES."""
+    at = index + (1 if tokens[index].text == "{:" else 2)
+    if at >= len(tokens) or tokens[at].kind != "word":
+        return None  # not an attribute: a parse error
+    name = tokens[at].text
+    args = [t.text for t in tokens[at + 1 : _closing(tokens, index)]]
+    if name in SAFE_ATTRIBUTES or (name == "verify" and args == ["true"]):
+        return None
+    return ATTRIBUTE_REASONS.get(name, f"{{:{name}}} is not allowed (not an attribute known to change no verdict)")
+
+
+def _decreases_wildcard(tokens: list[lexer.Token], index: int) -> bool:
+    """Whether the `decreases` clause at `tokens[index]` has a `*` among its items (`decreases *`, `decreases
+    {:attr} *`, `decreases x, *`: any of them makes the callable or loop one that may not terminate)."""
+    previous, depth, at = "decreases", 0, index + 1
+    while at < len(tokens):
+        token = tokens[at]
+        if _is_attribute(tokens, at):
+            at = _closing(tokens, at) + 1
+            continue
+        if depth == 0 and (token.text in (";", "}") or (token.kind == "word" and token.text in _CLAUSE_END)):
+            return False
+        if token.text == "*" and previous in ("decreases", ",", "("):
+            return True
+        if token.text in "([":
+            depth += 1
+        elif token.text in ")]":
+            depth -= 1
+            if depth < 0:
+                return False
+        elif token.text == "{":
+            operand = token_operand(tokens[at - 1]) and tokens[at - 1].text not in _DISPLAY_AFTER
+            if operand and depth == 0:
+                return False  # the body
+            at = _closing(tokens, at)
+        previous = tokens[at].text
+        at += 1
+    return False
+
+
+def token_operand(token: lexer.Token) -> bool:
+    """Whether an expression can end with `token` (then a `{` after it opens a body, not a display)."""
+    return token.kind != "punct" or token.text in (")", "]", "}")
+
+
+def dafny_scan(code: str) -> list[str]:
+    """Dafny's escapes, read from Dafny's own tokens: `assume`, `expect`, `include`, `refines` as keywords (not
+    inside identifiers such as `x'assume`, nor in strings or comments), every attribute but the safe ones, wherever
+    it stands (a declaration, a clause, a statement, an expression), a `*` among a `decreases` clause's items, and
+    `witness *` (a type that may be empty)."""
+    tokens = list(lexer.dafny(code).tokens)
+    found: list[str] = []
+    for index, token in enumerate(tokens):
+        reason = None
+        if token.kind == "word":
+            reason = _DAFNY_KEYWORDS.get(token.text)
+            if token.text == "decreases" and _decreases_wildcard(tokens, index):
+                reason = "decreases * (possible non-termination) is not allowed"
+            elif token.text == "witness" and index + 1 < len(tokens) and tokens[index + 1].text == "*":
+                reason = "witness * (a type that may be empty) is not allowed"
+        elif _is_attribute(tokens, index):
+            reason = _attribute_reason(tokens, index)
+        if reason and reason not in found:
+            found.append(reason)
+    return found
+
+
 DAFNY = Dialect(
     "dafny",
-    escapes=(
-        (r"\bassume\b", "assume statements are not allowed"),
-        (r"\bexpect\b", "expect statements are assumed by the verifier and are not allowed"),
-        (_ATTR + r"axiom\b", "{:axiom} is not allowed"),
-        (_ATTR + r"verify\b(?!\s*true\s*\})", "{:verify false} is not allowed"),  # any form but {:verify true}
-        (_ATTR + r"extern\b", "{:extern} is not allowed"),
-        (_ATTR + r"(only|focus)\b", "{:only}/{:focus} (other code left unverified) is not allowed"),
-        (
-            _ATTR + r"(selective_checking|start_checking_here|assumption)\b",
-            "attributes that skip checks are not allowed",
-        ),
-        (_ATTR + r"termination\b", "{:termination false} is not allowed"),
-        (r"^\s*include\b", "include directives are not allowed"),
-        (r"\brefines\b", "module refinement is not allowed"),
-        (r"\bdecreases\s*\*", "decreases * (possible non-termination) is not allowed"),
-    ),
+    escapes=(),
     contracts=dafny_contracts,
     translate=semantic.dafny_term,
     probe_kinds=("method", "lemma"),
     decls=closure.dafny_decls,
+    strip=_dafny_code,
+    scan=dafny_scan,
     uninterpreted=_dafny_function,
     bodiless_ok=_dafny_bodiless_ok,
     assert_false="assert false;",
@@ -517,13 +692,13 @@ DAFNY = Dialect(
 NAGINI = Dialect(
     "nagini",
     escapes=(
-        (r"\bAssume\s*\(", "Assume is not allowed"),
-        (r"\bInhale\s*\(", "Inhale (an assumption) is not allowed"),
+        (r"\bAssume\b", "Assume is not allowed"),
+        (r"\bInhale\b", "Inhale (an assumption) is not allowed"),
         (r"@\s*ContractOnly\b", "@ContractOnly (a contract trusted without a body) is not allowed"),
         (r"\bContractOnly\b", "ContractOnly is not allowed"),
-        (r"@\s*Native\b", "@Native (trusted code) is not allowed"),
-        (r"\bDeclassify\s*\(", "Declassify is not allowed"),
-        (r"@\s*(AllLow|PreservesLow)\b", "information-flow trust annotations are not allowed"),
+        (r"\bNative\b", "@Native (trusted code) is not allowed"),
+        (r"\bDeclassify\b", "Declassify is not allowed"),
+        (r"\b(AllLow|PreservesLow)\b", "information-flow trust annotations are not allowed"),
     ),
     contracts=nagini_contracts,
     translate=semantic.python_term,
@@ -535,23 +710,24 @@ NAGINI = Dialect(
     layout="indent",
     assert_false="Assert(False)",
 )
+_VERIFIER = r"\bverifier\s*(?:::|\()\s*"
 VERUS = Dialect(
     "verus",
     escapes=(
-        (r"\bassume\s*\(", "assume statements are not allowed"),
+        (r"\bassume_?\s*\(", "assume statements are not allowed"),
         (r"\badmit\s*\(", "admit is not allowed"),
         (r"\bassume_specification\b", "assume_specification is not allowed"),
         (r"\bassume_external\b", "assume_external is not allowed"),
-        (r"#\s*\[\s*verifier\s*(::|\()\s*external", "external code (not verified) is not allowed"),
-        (r"#\s*\[\s*verifier\s*::\s*exec_allows_no_decreases_clause", "non-terminating loops are not allowed"),
+        (_VERIFIER + r"external", "external code (not verified) is not allowed"),
+        (_VERIFIER + r"exec_allows_no_decreases_clause", "non-terminating loops are not allowed"),
         (
-            r"#\s*!?\s*\[\s*verifier\s*(::|\()\s*(verify\s*\(\s*false|assume\w*|trusted|"
-            r"exec_allows_no_decreases_clause)",
+            _VERIFIER + r"(verify\s*\(\s*false|assume\w*|trusted|exec_allows_no_decreases_clause)",
             "#[verifier::...] attributes that turn verification off are not allowed",
         ),
-        (r"#\s*!?\s*\[\s*verus\s*::\s*trusted", "#[verus::trusted] is not allowed"),
-        (r"#\s*\[\s*cfg\s*\(", "#[cfg(...)] (code hidden from the verifier) is not allowed"),
+        (r"\bverus\s*::\s*(trusted|internal)\b", "#[verus::trusted] and #[verus::internal(...)] are not allowed"),
+        (r"#\s*!?\s*\[\s*cfg(_attr)?\s*\(", "#[cfg(...)] (code hidden from the verifier) is not allowed"),
         (r"\bunsafe\b", "unsafe code is not allowed"),
+        (r"\bextern\s*(\"|\{|fn\b)", "extern functions (trusted, not verified) are not allowed"),
         (r"\bexternal_fn_specification\b", "external_fn_specification is not allowed"),
         (r"\bexternal_type_specification\b", "external_type_specification is not allowed"),
         (r"\bbroadcast\s+axiom\b|\baxiom\s+fn\b", "axioms are not allowed"),
@@ -561,6 +737,7 @@ VERUS = Dialect(
     translate=semantic.dafny_term,
     probe_kinds=("fn",),
     decls=closure.verus_decls,
+    strip=_rust_code,
     warnings=((r"unreachable statement", "an unreachable statement (AlphaVerus's rule: the code never returns)"),),
 )
 DIALECTS = {"dafny": DAFNY, "nagini": NAGINI, "verus": VERUS}
