@@ -454,6 +454,12 @@ IN_PLACE = [
         "def upper_in_place(buf):\n    buf[:] = bytes(buf).upper()\n",
     ),
     Mutation(
+        "rows_in_a_dropped_comprehension",
+        "m = [[3, 1, 2], [2, 0]]\n[sort_in_place(row) for row in m]\nassert m == [[1, 2, 3], [0, 2]]\n",
+        "def sort_in_place(xs):\n    xs.reverse()\n",
+        "def sort_in_place(xs):\n    xs.sort()\n",
+    ),
+    Mutation(
         "does_not_touch_what_it_should_not",  # an effect call shows what the candidate did to its input
         "xs = [3, 1, 2]\nsorted_copy(xs)\nassert xs == [3, 1, 2]\nassert sorted_copy(xs) == [1, 2, 3]\n",
         "def sorted_copy(xs):\n    xs.sort()\n    return xs\n",
@@ -612,6 +618,24 @@ async def test_the_prompts_names_are_never_the_candidates(bwrap_warm: Any, case:
     bad, good = await _run_all(bwrap_warm, jobs)
     assert_not_passed(bad)
     assert_passed(good)
+
+
+async def test_a_prompt_cut_after_the_signature_and_a_judge_without_an_entry_point(bwrap_warm: Any) -> None:
+    """A raw code prefix (`def square(x):` for the model to continue, the GRPO reward's prompt) still protects its
+    names, and the judge finds the entry point in `check(square)` when the request names none."""
+    from veriloop.config import load_settings
+    from veriloop.search.judge import Judge, JudgeCandidate
+
+    prompt = "TOL = 1e-9\n\n\ndef square(x):\n"
+    assert langs.prompt_helpers(prompt, "square") == "TOL = 1e-9\n\n\ndef square(x):\n    pass\n"
+    assert langs.prompt_helpers("Write a function as follows:", "square") is None
+    tests = CHECK_TOL + "\n\ncheck(square)\n"
+    hostile, honest = prompt + "    return 0.0\n\n\nTOL = 1e9\n", prompt + "    return x * x\n"
+    judge = Judge(load_settings(None), sandbox=bwrap_warm, security=False)
+    bad, good = await judge.judge_many(
+        [JudgeCandidate(code=code, tests=tests, prompt=prompt) for code in (hostile, honest)]
+    )
+    assert (bad.status, bad.passed, good.status, good.passed) == ("failed", False, "passed", True), (bad, good)
 
 
 def test_helper_names_cover_every_binding_but_the_entry_point() -> None:

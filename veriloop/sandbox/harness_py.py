@@ -208,11 +208,18 @@ class _Instrument(ast.NodeTransformer):
 
     def visit_Expr(self, node: ast.Expr) -> ast.Expr:
         self.generic_visit(node)
-        call = node.value
-        if isinstance(call, ast.Call):
-            wrapped = ast.Call(ast.Name(EFFECT, ast.Load()), [call.func, *call.args], call.keywords)
-            node.value = ast.copy_location(wrapped, call)
+        if isinstance(node.value, ast.ListComp | ast.SetComp):  # `[f(row) for row in m]`, its list dropped
+            node.value.elt = _effect_call(node.value.elt)
+        else:
+            node.value = _effect_call(node.value)
         return node
+
+
+def _effect_call(value: ast.expr) -> ast.expr:
+    if not isinstance(value, ast.Call):
+        return value
+    wrapped = ast.Call(ast.Name(EFFECT, ast.Load()), [value.func, *value.args], value.keywords)
+    return ast.copy_location(wrapped, value)
 
 
 def instrument(statement: ast.stmt) -> ast.Module:

@@ -213,6 +213,7 @@ def python_tests_job(
         except SyntaxError as exc:
             raise ConfigError(f"the task's helper code does not parse: {exc}") from None
         stdin = json.dumps({"tests": tests, "helpers": helpers})
+    entry_point = tests_entry_point(tests, entry_point)  # the judge excludes it from the task's code
     step = _judge_step(toolchain, "asserts", stdin, entry_point, helpers=helpers is not None)
     return Job(
         files={"main.py": JUDGE_MAIN, harness_py.SOLUTION: code},
@@ -225,17 +226,34 @@ def python_tests_job(
 
 def prompt_helpers(prompt: str, entry_point: str | None) -> str | None:
     """The task's prompt as helper code for the judge, when it is code that defines the entry point (HumanEval);
-    None for prose prompts (MBPP, APPS), which have no helpers to protect."""
+    None for prose prompts (MBPP, APPS), which have no helpers to protect. A code prefix that stops after the entry
+    point's signature (`def f(x):`, for the model to continue) is completed with `pass`, so its names are protected
+    too."""
     if not entry_point:
         return None
+    for code in (prompt, prompt.rstrip() + "\n    pass\n" if prompt.rstrip().endswith(":") else None):
+        if code is None:
+            continue
+        try:
+            tree = ast.parse(code)
+        except (SyntaxError, ValueError):
+            continue
+        defines_entry = any(
+            isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == entry_point for node in tree.body
+        )
+        return code if defines_entry else None
+    return None
+
+
+def tests_entry_point(tests: str, entry_point: str | None = None) -> str | None:
+    """The function the tests judge: `entry_point`, else the one a HumanEval file passes to `check` (`check(f)`);
+    None for MBPP-style asserts or tests that do not parse."""
+    if entry_point:
+        return entry_point
     try:
-        tree = ast.parse(prompt)
+        return harness_py.plan(tests, None).entry
     except (SyntaxError, ValueError):
         return None
-    defines_entry = any(
-        isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == entry_point for node in tree.body
-    )
-    return prompt if defines_entry else None
 
 
 # The judge module sits beside the runner (preloaded by warm zygotes); main.py only calls it. The tests travel on the

@@ -21,9 +21,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from veriloop.config import Settings
 from veriloop.errors import ConfigError, VeriloopError
@@ -67,15 +67,44 @@ class JudgeLimits(Strict):
     memory_mb: int | None = Field(None, ge=32, le=4096, description="Memory of the whole job, in MiB.")
 
 
+def _tests_kind(value: Any) -> str:
+    return "program" if isinstance(value, str) else "cases"
+
+
+Tests = Annotated[
+    Annotated[Annotated[str, Field(max_length=MAX_CODE)], Tag("program")]
+    | Annotated[Annotated[list[StdioTest], Field(min_length=1, max_length=1000)], Tag("cases")],
+    Discriminator(_tests_kind),
+]
+"""A test program (assert tests or a harness) or 1 to 1000 stdin/stdout cases."""
+NULL = {"type": "null"}
+ONE_JUDGE = {
+    "oneOf": [
+        {
+            "required": ["tests"],
+            "properties": {"tests": {"not": NULL}, "spec": NULL, "verifier": NULL, "task_id": NULL},
+        },
+        {
+            "required": ["spec", "verifier"],
+            "properties": {"spec": {"type": "string"}, "verifier": {"type": "string"}, "tests": NULL, "task_id": NULL},
+        },
+        {"required": ["task_id"], "properties": {"task_id": {"type": "string"}, "tests": NULL, "spec": NULL}},
+    ]
+}
+"""The JSON schema of `JudgeCandidate._one_judge`: tests, or spec with verifier, or task_id (the others null)."""
+
+
 class JudgeCandidate(Strict):
     """A program and what judges it: `tests`, or `spec` + `verifier`, or a stored `task_id`."""
 
+    model_config = ConfigDict(json_schema_extra=ONE_JUDGE)
+
     language: str = Field("python", max_length=32, description="python, c, cpp, java, javascript, rust, go, dafny.")
     code: str = Field(max_length=MAX_CODE, description="The candidate program.")
-    tests: str | list[StdioTest] | None = Field(
+    tests: Tests | None = Field(
         None,
         description="Python: assert tests (HumanEval check(candidate), MBPP asserts); other languages: a harness "
-        "program; a list: stdin/stdout cases.",
+        "program; a list: 1 to 1000 stdin/stdout cases.",
     )
     spec: str | None = Field(None, max_length=MAX_CODE, description="Formal specification the candidate must keep.")
     verifier: VerifierChoice = Field(None, description="Formal verifier for `spec` (dafny, nagini, verus, ...).")
@@ -87,10 +116,6 @@ class JudgeCandidate(Strict):
 
     @model_validator(mode="after")
     def _one_judge(self) -> JudgeCandidate:
-        if isinstance(self.tests, str) and len(self.tests) > MAX_CODE:
-            raise ValueError(f"tests: at most {MAX_CODE} characters")
-        if isinstance(self.tests, list) and not 1 <= len(self.tests) <= 1000:
-            raise ValueError("tests: between 1 and 1000 stdin/stdout cases")
         given = [self.tests is not None, self.spec is not None, self.task_id is not None]
         if sum(given) != 1:
             raise ValueError("give exactly one of tests, spec (with verifier) or task_id")
@@ -347,6 +372,8 @@ class Judge:
         toolchain = self.sandbox.toolchain
         limits = self._limits_for(candidate)
         tests, entry = candidate.tests, candidate.entry_point
+        if isinstance(tests, str):
+            entry = langs.tests_entry_point(tests, entry)  # `check(f)` names it: the prompt's names are protected
         helpers = langs.prompt_helpers(candidate.prompt, entry) if candidate.prompt else None
         if candidate.task_id is not None:
             task = self.task_of(candidate)
