@@ -105,3 +105,6 @@ def test_each_hint_kind_has_its_own_shape(accepts: Callable[[Constraint, str], b
     assert not accepts(grammar, two + "invariant forall k :: 0 <= k < n ==> a[n] != e\n")  # body ignores k
     assert not accepts(grammar, two + "invariant 0 <= k\n")  # the bound variable only inside its forall
     assert not accepts(grammar, good + "decreases a[n]\n")  # a measure never indexes
+    # Products and quotients chain as Dafny reads them: a closed form needs no extra parentheses.
+    assert accepts(grammar, two + "invariant n * (n + 1) / 2 >= 0\n")
+    assert accepts(grammar, two + "invariant forall k :: 0 <= k < n ==> a[k] * 2 / 2 != e\n")

@@ -154,7 +154,7 @@ def hint_grammar(program: str, slots: Sequence[Slot]) -> Constraint:
     """A Lark grammar for one hint block per slot: 2-3 invariants and an optional decreases clause each.
 
     Each annotation kind has its own shape: an invariant is a boolean formula (comparisons of integer terms,
-    the program's boolean names) or one `forall` over a range of a fresh bound variable whose body reads the
+    the program's boolean names; products and quotients chain, as in `n * (n + 1) / 2`) or one `forall` over a range of a fresh bound variable whose body reads the
     collections at that variable (a body that never mentions it has no trigger and says nothing); the bound
     variable exists only inside its `forall`. A `decreases` clause is an integer term without indexing (a sum of
     names, numbers, lengths), the kind of measure Dafny can check and never an out-of-range read."""
@@ -184,7 +184,7 @@ def hint_grammar(program: str, slots: Sequence[Slot]) -> Constraint:
         "cmp: sum cmpop sum (cmpop sum)?" + (' | "!"? flag' if flags else ""),
         'cmpop: " <= " | " < " | " == " | " != " | " >= " | " > "',
         'sum: term ((" + " | " - ") term)*',
-        'term: atom ((" * " | " / " | " % ") atom)?',
+        'term: atom ((" * " | " / " | " % ") atom)*',
         'atom: name | NUMBER | "(" sum ")"'
         + (' | coll "[" sum "]" | "old(" coll "[" sum "])"' + lengths if arrays else ""),
         'dsum: dterm ((" + " | " - ") dterm)*',
@@ -200,7 +200,7 @@ def hint_grammar(program: str, slots: Sequence[Slot]) -> Constraint:
             'qconj: qcmp ((" && " | " || ") qcmp)*',
             "qcmp: qsum cmpop qsum",
             'qsum: qterm ((" + " | " - ") qterm)*',
-            'qterm: qatom ((" * " | " / " | " % ") qatom)?',
+            'qterm: qatom ((" * " | " / " | " % ") qatom)*',
             f'qatom: name | {at} | NUMBER | "(" qsum ")" | coll "[" qidx "]" | "old(" coll "[" qidx "])"' + lengths,
             f'qidx: {at} ((" + " | " - ") atom)?',
             f"coll: {' | '.join(_literal(name) for name in arrays)}",
