@@ -105,6 +105,13 @@ NO_TESTS = [
         "def check():\n    assert add(1, 2) == 3\n\ncheck()\n",
     ),
     NoTest(
+        "assert_on_a_tuple_is_always_true",
+        'def check(candidate):\n    assert (candidate(1, 2) == 3, "adds")\n',
+        'def check(candidate):\n    assert candidate(1, 2) == 3, "adds"\n',
+        "add",
+        "add",
+    ),
+    NoTest(
         "asserts_under_if_false",
         "if False:\n    assert add(1, 2) == 3\n",
         "if True:\n    assert add(1, 2) == 3\n",
@@ -634,6 +641,12 @@ async def test_a_prompt_cut_after_the_signature_and_a_judge_without_an_entry_poi
     judge = Judge(load_settings(None), sandbox=bwrap_warm, security=False)
     bad, good = await judge.judge_many(
         [JudgeCandidate(code=code, tests=tests, prompt=prompt) for code in (hostile, honest)]
+    )
+    assert (bad.status, bad.passed, good.status, good.passed) == ("failed", False, "passed", True), (bad, good)
+    asserts = "assert abs(square(3) - 9) <= TOL\n"  # MBPP-style: the prompt's one stub is the entry point
+    assert langs.prompt_entry_point(prompt, asserts) == "square"
+    bad, good = await judge.judge_many(
+        [JudgeCandidate(code=code, tests=asserts, prompt=prompt) for code in (hostile, honest)]
     )
     assert (bad.status, bad.passed, good.status, good.passed) == ("failed", False, "passed", True), (bad, good)
 

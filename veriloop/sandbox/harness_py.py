@@ -177,12 +177,18 @@ def plan(tests: str, entry_point: str | None) -> Plan:
             if isinstance(node, ast.Return):
                 break
             body.append(node)
-        for node in _outside_definitions(body):
-            if isinstance(node, ast.Yield | ast.YieldFrom | ast.Await | ast.Return | ast.Nonlocal):
+        for part in _outside_definitions(body):
+            if isinstance(part, ast.Yield | ast.YieldFrom | ast.Await | ast.Return | ast.Nonlocal):
                 raise TestFileError(
-                    f"the tests' {CHECK} has a {type(node).__name__.lower()} on line {node.lineno}, which the judge "
+                    f"the tests' {CHECK} has a {type(part).__name__.lower()} on line {part.lineno}, which the judge "
                     f"cannot run as {CHECK}'s statements (as a generator or a coroutine it would run no assert)"
                 )
+    for part in ast.walk(tree):
+        if isinstance(part, ast.Assert) and isinstance(part.test, ast.Tuple) and part.test.elts:
+            raise TestFileError(
+                f"the assert on line {part.lineno} tests a tuple, which is always true: `assert (x, message)` "
+                "passes any program (write `assert x, message`)"
+            )
     functions = _asserting_functions(tree)
     indexes = [index for index, node in enumerate(body) if _asserts(node, functions)]
     if not indexes:

@@ -245,6 +245,35 @@ def prompt_helpers(prompt: str, entry_point: str | None) -> str | None:
     return None
 
 
+def prompt_entry_point(prompt: str, tests: str) -> str | None:
+    """The function a code prompt leaves to the candidate, for a request that names none (MBPP-style asserts after a
+    HumanEval-style prompt): the prompt's one stub (a body of only a docstring, `pass` or `...`), else the one
+    function it defines that the tests call; None when that is not clear."""
+    tree = None
+    for text in (prompt, prompt.rstrip() + "\n    pass\n"):  # a prefix cut after the signature parses completed
+        try:
+            tree = ast.parse(text)
+            break
+        except (SyntaxError, ValueError):
+            continue
+    if tree is None:
+        return None
+    functions = [node for node in tree.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)]
+    stubs = [node.name for node in functions if all(_stub_line(line) for line in node.body)]
+    if len(stubs) == 1:
+        return stubs[0]
+    try:
+        used = {node.id for node in ast.walk(ast.parse(tests)) if isinstance(node, ast.Name)}
+    except (SyntaxError, ValueError):
+        return None
+    called = [node.name for node in functions if node.name in used]
+    return called[0] if len(called) == 1 else None
+
+
+def _stub_line(node: ast.stmt) -> bool:
+    return isinstance(node, ast.Pass) or (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))
+
+
 def tests_entry_point(tests: str, entry_point: str | None = None) -> str | None:
     """The function the tests judge: `entry_point`, else the one a HumanEval file passes to `check` (`check(f)`);
     None for MBPP-style asserts or tests that do not parse."""

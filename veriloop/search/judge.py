@@ -372,8 +372,10 @@ class Judge:
         toolchain = self.sandbox.toolchain
         limits = self._limits_for(candidate)
         tests, entry = candidate.tests, candidate.entry_point
-        if isinstance(tests, str):
-            entry = langs.tests_entry_point(tests, entry)  # `check(f)` names it: the prompt's names are protected
+        if isinstance(tests, str):  # `check(f)` or the prompt's stub names it: then the prompt's names are protected
+            entry = langs.tests_entry_point(tests, entry)
+            if entry is None and candidate.prompt:
+                entry = langs.prompt_entry_point(candidate.prompt, tests)
         helpers = langs.prompt_helpers(candidate.prompt, entry) if candidate.prompt else None
         if candidate.task_id is not None:
             task = self.task_of(candidate)
