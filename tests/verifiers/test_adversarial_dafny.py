@@ -333,3 +333,349 @@ async def test_honest_program_verifies_through_the_guard(name: str, dafny: Dafny
     spec, code = HONEST[name]
     result = await GuardedVerifier(dafny, DAFNY).verify(Candidate(task_id="t", code=code), _task(spec))
     assert result.status is VerifyStatus.VERIFIED, (result.reason, result.diagnostics)
+
+
+# --------------------------------------------------------------------------- round three: the guard reads as Dafny
+
+HONEST_SUM_BODY = """\
+  r := 0;
+  var i := |s|;
+  while i > 0
+    invariant 0 <= i <= |s|
+    invariant r == Sum(s[i..])
+  {
+    i := i - 1;
+    r := s[i] + r;
+  }
+  assert s[0..] == s;
+"""
+"""SumOf's honest body: it verifies on its own."""
+
+
+def _sum(body: str, before: str = "", after: str = "", header: str = "") -> str:
+    """SUM_SPEC with SumOf's body, declarations before and after it, and clauses added to its header."""
+    method = "method SumOf(s: seq<int>) returns (r: int)\n  ensures r == Sum(s)\n" + header + "{\n" + body + "}\n"
+    return SUM_SPEC.split("method SumOf")[0] + before + method + after
+
+
+def _hidden(code: str) -> str:
+    """`code` between a character literal `'"'` and two strings: a scanner that knows only `"..."` takes `"/*"` for
+    the start of a comment, `*/"` for its end, and everything between for a comment."""
+    return '  var quote := \'"\';\n  var open := "/*";\n' + code + '  var close := "*/";\n'
+
+
+LEXER_HACKS: dict[str, tuple[str, str, str]] = {
+    "char_quote_hides_assume": (SUM_SPEC, _sum(_hidden("  assume false;\n") + "  r := 0;\n"), "assume"),
+    "escaped_quote_char_hides_assume": (
+        SUM_SPEC,
+        _sum('  var quote := \'\\"\';\n  var open := "/*";\n  assume false;\n  var close := "*/";\n  r := 0;\n'),
+        "assume",
+    ),
+    "verbatim_backslash_hides_assume": (
+        SUM_SPEC,
+        _sum('  var path := @"C:\\";\n  var open := "/*";\n  assume 0 == 1;\n  var close := "*/";\n  r := 0;\n'),
+        "assume",
+    ),
+    "multiline_verbatim_hides_assume": (
+        SUM_SPEC,
+        _sum(
+            '  var doc := @"first line\n  second "" line \\";\n  var open := "/*";\n  assume Sum(s) == 0;\n'
+            '  var close := "*/";\n  r := 0;\n'
+        ),
+        "assume",
+    ),
+    "top_level_char_hides_axiom": (
+        SUM_SPEC,
+        _sum(
+            "  Zero(s);\n  r := 0;\n",
+            before='const Quote := \'"\'\nconst Open := "/*"\n'
+            'lemma {:axiom} Zero(s: seq<int>)\n  ensures Sum(s) == 0\nconst Close := "*/"\n\n',
+        ),
+        "axiom",
+    ),
+    "top_level_verbatim_hides_bodiless_lemma": (
+        SUM_SPEC,
+        _sum(
+            "  Zero(s);\n  r := 0;\n",
+            before='const Dir := @"C:\\temp\\"\nconst Open := "/*"\n'
+            'lemma Zero(s: seq<int>)\n  ensures Sum(s) == 0\nconst Close := "*/"\n\n',
+        ),
+        "no body",
+    ),
+    "attribute_arguments_hide_verify_false": (
+        SUM_SPEC,
+        _sum(
+            "  Zero(s);\n  r := 0;\n",
+            after='\nlemma {:error \'"\', "/*"} {:verify false} {:error "*/", \'"\'} Zero(s: seq<int>)\n'
+            "  ensures Sum(s) == 0\n{\n}\n",
+        ),
+        "verify false",
+    ),
+    "char_hides_extern_oracle": (
+        SUM_SPEC,
+        _sum(
+            "  r := Oracle(s);\n",
+            after='\nconst Q := \'"\'\nconst O := "/*"\nmethod {:extern} Oracle(s: seq<int>) returns (r: int)\n'
+            '  ensures r == Sum(s)\nconst C := "*/"\n',
+        ),
+        "extern",
+    ),
+    "class_constants_hide_axiom_lemma": (
+        SUM_SPEC,
+        _sum(
+            "  K.Zero(s);\n  r := 0;\n",
+            after='\nclass K {\n  const q: char := \'"\'\n  const o: string := "/*"\n'
+            '  static lemma {:axiom} Zero(s: seq<int>)\n    ensures Sum(s) == 0\n  const c: string := "*/"\n}\n',
+        ),
+        "axiom",
+    ),
+    "two_escaped_quote_chars_hide_assume": (
+        ABS_SPEC,
+        "method Abs(x: int) returns (y: int)\n  ensures y >= 0\n  ensures y == x || y == -x\n{\n"
+        '  var a, b := \'\\"\', \'\\\\\';\n  var note := "/*";\n  assume x >= 0;\n  var end := "*/";\n  y := x;\n}\n',
+        "assume",
+    ),
+}
+"""Escapes that a scanner out of step with Dafny's lexer takes for a comment; each verifies on bare Dafny."""
+
+LEXER_HONEST: dict[str, tuple[str, str]] = {
+    "char_quote_then_assume_in_a_string": (
+        SUM_SPEC,
+        _sum('  var quote := \'"\';\n  var note := "assume false; {:axiom}";\n' + HONEST_SUM_BODY),
+    ),
+    "escaped_quote_char_then_assume_in_a_comment": (
+        SUM_SPEC,
+        _sum("  var quote := '\\\"';\n  // assume false;\n" + HONEST_SUM_BODY),
+    ),
+    "verbatim_backslash_then_escape_in_a_string": (
+        SUM_SPEC,
+        _sum('  var path := @"C:\\";\n  var note := "/* assume false; */ {:verify false}";\n' + HONEST_SUM_BODY),
+    ),
+    "escapes_inside_a_multiline_verbatim_string": (
+        SUM_SPEC,
+        _sum('  var doc := @"assume false;\n  "" decreases * "" {:axiom}\n  */ expect";\n' + HONEST_SUM_BODY),
+    ),
+    "escapes_inside_nested_comments": (
+        SUM_SPEC,
+        _sum("  /* outer /* inner */ assume false; {:axiom} */\n" + HONEST_SUM_BODY),
+    ),
+    "tick_identifiers_named_like_escapes": (
+        SUM_SPEC,
+        _sum(
+            "  var assume' := 0;\n  var x'expect := 'a';\n  var a'b := [1];\n"
+            "  assert assume' == 0 && x'expect == 'a' && a'b == [1];\n" + HONEST_SUM_BODY
+        ),
+    ),
+    "top_level_literals_around_an_honest_lemma": (
+        SUM_SPEC,
+        _sum(
+            HONEST_SUM_BODY,
+            before='const Quote := \'"\'\nconst Open := "/*"\n'
+            'lemma Unit(x: int)\n  ensures Sum([x]) == x\n{\n  assert [x][1..] == [];\n}\nconst Close := "*/"\n\n',
+        ),
+    ),
+    "attribute_with_an_escape_in_its_string": (
+        SUM_SPEC,
+        _sum(
+            HONEST_SUM_BODY,
+            after='\nlemma {:error "{:verify false} assume"} Unit(x: int)\n  ensures Sum([x]) == x\n'
+            "{\n  assert [x][1..] == [];\n}\n",
+        ),
+    ),
+    "char_escapes_and_a_slash_string": (
+        SUM_SPEC,
+        _sum("  var c, d, e := '\\'', '\\u0041', '/';\n  var f := \"// not a comment\";\n" + HONEST_SUM_BODY),
+    ),
+    "abs_with_quote_chars": (
+        ABS_SPEC,
+        "method Abs(x: int) returns (y: int)\n  ensures y >= 0\n  ensures y == x || y == -x\n{\n"
+        "  var a, b := '\\\"', '\\\\';\n  var note := \"/* assume x >= 0; */\";\n"
+        "  if x < 0 { y := -x; } else { y := x; }\n}\n",
+    ),
+}
+"""The same literals, with the escape where Dafny too reads a string or a comment: each verifies through the guard."""
+
+ESCAPE_HACKS: dict[str, tuple[str, str, str]] = {
+    "inline_lemma": (
+        SUM_SPEC,
+        _sum("  Zero(s);\n  r := 0;\n", after="\nlemma {:inline 1} Zero(s: seq<int>)\n  ensures Sum(s) == 0\n{\n}\n"),
+        "inline",
+    ),
+    "ignore_on_the_task_method": (
+        SUM_SPEC,
+        _sum("  r := 0;\n").replace("method SumOf", "method {:ignore} SumOf"),
+        "ignore",
+    ),
+    "rlimit_one": (
+        SUM_SPEC,
+        _sum("  r := 0;\n").replace("method SumOf", "method {:rlimit 1} SumOf"),
+        "rlimit",
+    ),
+    "autocontracts_with_false_valid": (
+        "class Counter {\n  var n: int\n\n  method Inc()\n    modifies this\n    ensures n == old(n) + 1\n}\n",
+        "class {:autocontracts} Counter {\n  var n: int\n\n  predicate Valid() { false }\n\n  method Inc()\n"
+        "    modifies this\n    ensures n == old(n) + 1\n  {\n  }\n}\n",
+        "autocontracts",
+    ),
+    "decreases_star_behind_an_attribute": (
+        ABS_SPEC,
+        "method Abs(x: int) returns (y: int)\n  ensures y >= 0\n  ensures y == x || y == -x\n"
+        "  decreases {:nowarn} *\n{\n  y := Abs(x);\n}\n",
+        "decreases *",
+    ),
+    "decreases_star_after_another_item": (
+        ABS_SPEC,
+        "method Abs(x: int) returns (y: int)\n  ensures y >= 0\n  ensures y == x || y == -x\n"
+        "  decreases {0}, *\n{\n  y := Abs(x);\n}\n",
+        "decreases *",
+    ),
+    "bodiless_iterator": (
+        SUM_SPEC,
+        _sum(
+            "  var g := new Gen();\n  var more := g.MoveNext();\n  r := 0;\n",
+            after="\niterator Gen() yields (x: int)\n  yield ensures false\n  ensures false\n",
+        ),
+        "iterator Gen has no body",
+    ),
+    "bodiless_colemma": (
+        SUM_SPEC,
+        _sum("  Zero(s);\n  r := 0;\n", after="\ncolemma {:induction false} Zero(s: seq<int>)\n  ensures false\n"),
+        "lemma Zero has no body",
+    ),
+    "bodiless_twostate_lemma": (
+        SUM_SPEC,
+        _sum("  Zero(s);\n  r := 0;\n", after="\ntwostate lemma Zero(s: seq<int>)\n  ensures Sum(s) == 0\n"),
+        "lemma Zero has no body",
+    ),
+    "bodiless_anonymous_constructor": (
+        SUM_SPEC,
+        _sum("  var c := new C();\n  r := 0;\n", after="\nclass C {\n  constructor ()\n    ensures false\n}\n"),
+        "constructor _ctor has no body",
+    ),
+    "bodiless_lemma_behind_nested_attribute_braces": (
+        SUM_SPEC,
+        _sum("  Zero(s);\n  r := 0;\n", after="\nlemma {:nowarn {0}} Zero(s: seq<int>)\n  ensures Sum(s) == 0\n"),
+        "lemma Zero has no body",
+    ),
+    "bodiless_lemma_shadowed_by_a_namesake": (
+        SUM_SPEC,
+        _sum(
+            "  A.Zero(s);\n  r := 0;\n",
+            after="\nclass A {\n  static lemma Zero(s: seq<int>)\n    ensures Sum(s) == 0\n}\n\n"
+            "class B {\n  static lemma Zero(s: seq<int>)\n    ensures Sum([]) == 0\n  {\n  }\n}\n",
+        ),
+        "lemma Zero has no body",
+    ),
+}
+"""Escapes through an attribute Dafny hands to Boogie, a `decreases` wildcard the pattern missed, or a declaration kind
+the reader did not know; each verifies on bare Dafny."""
+
+ESCAPE_HONEST: dict[str, tuple[str, str]] = {
+    "safe_attributes_on_a_proved_lemma": (
+        SUM_SPEC,
+        _sum(
+            HONEST_SUM_BODY,
+            after="\nlemma {:induction false} {:timeLimit 20} Unit(x: int)\n  ensures Sum([x]) == x\n"
+            "{\n  assert [x][1..] == [];\n}\n",
+        ),
+    ),
+    "verify_true_on_the_task_method": (
+        SUM_SPEC,
+        _sum(HONEST_SUM_BODY).replace("method SumOf", "method {:verify true} SumOf"),
+    ),
+    "decreases_with_an_attribute_and_no_star": (
+        ABS_SPEC,
+        "method Abs(x: int) returns (y: int)\n  ensures y >= 0\n  ensures y == x || y == -x\n{\n  y := x;\n"
+        "  while y < 0\n    invariant y == x || y == -x\n    decreases {:nowarn} -y\n  {\n    y := -y;\n  }\n}\n",
+    ),
+    "iterator_with_a_body": (
+        SUM_SPEC,
+        _sum(
+            HONEST_SUM_BODY,
+            after="\niterator Gen() yields (x: int)\n  yield ensures x == 1\n{\n  x := 1;\n  yield;\n}\n",
+        ),
+    ),
+    "colemma_with_a_body": (
+        SUM_SPEC,
+        _sum(HONEST_SUM_BODY, after="\ncolemma {:induction false} Fine(s: seq<int>)\n  ensures Sum([]) == 0\n{\n}\n"),
+    ),
+    "twostate_lemma_with_a_body": (
+        SUM_SPEC,
+        _sum(
+            HONEST_SUM_BODY,
+            after="\ntwostate lemma Fine(x: int)\n  ensures Sum([x]) == x\n{\n  assert [x][1..] == [];\n}\n",
+        ),
+    ),
+    "anonymous_constructor_with_a_body": (
+        SUM_SPEC,
+        _sum(
+            HONEST_SUM_BODY,
+            after="\nclass C {\n  var v: int\n  constructor ()\n    ensures v == 0\n  {\n    v := 0;\n  }\n}\n",
+        ),
+    ),
+    "lemma_with_nested_attribute_braces_and_a_body": (
+        SUM_SPEC,
+        _sum(
+            HONEST_SUM_BODY,
+            after="\nlemma {:nowarn {0}} Unit(x: int)\n  ensures Sum([x]) == x\n{\n  assert [x][1..] == [];\n}\n",
+        ),
+    ),
+    "namesake_lemmas_both_proved": (
+        SUM_SPEC,
+        _sum(
+            HONEST_SUM_BODY,
+            after="\nclass A {\n  static lemma Fine(s: seq<int>)\n    ensures Sum([]) == 0\n  {\n  }\n}\n\n"
+            "class B {\n  static lemma Fine(s: seq<int>)\n    ensures Sum([]) == 0\n  {\n  }\n}\n",
+        ),
+    ),
+    "autocontracts_kept_from_the_task": (
+        "class {:autocontracts} Counter {\n  var n: int\n\n  predicate Valid() { n >= 0 }\n\n  constructor ()\n"
+        "    ensures n == 0\n\n  method Inc()\n    ensures n == old(n) + 1\n}\n",
+        "class {:autocontracts} Counter {\n  var n: int\n\n  predicate Valid() { n >= 0 }\n\n  constructor ()\n"
+        "    ensures n == 0\n  {\n    n := 0;\n  }\n\n  method Inc()\n    ensures n == old(n) + 1\n  {\n    n := n + 1;\n  }\n}\n",
+    ),
+}
+"""Twins of ESCAPE_HACKS that trust nothing: each verifies through the guard."""
+
+ROUND_THREE_HACKS = {**LEXER_HACKS, **ESCAPE_HACKS}
+ROUND_THREE_HONEST = {**LEXER_HONEST, **ESCAPE_HONEST}
+
+
+def test_round_three_suites_are_large_enough() -> None:
+    assert len(LEXER_HACKS) >= 10 and len(LEXER_HONEST) >= 10
+    assert len(ESCAPE_HACKS) >= 10 and len(ESCAPE_HONEST) >= 10
+
+
+@pytest.mark.parametrize("name", sorted(ROUND_THREE_HACKS))
+def test_static_rules_reject_each_round_three_hack(name: str) -> None:
+    spec, code, word = ROUND_THREE_HACKS[name]
+    reason = static_check(DAFNY, code, spec)
+    assert reason is not None and word in reason, reason
+
+
+@pytest.mark.parametrize("name", sorted(ROUND_THREE_HONEST))
+def test_static_rules_let_each_round_three_twin_through(name: str) -> None:
+    spec, code = ROUND_THREE_HONEST[name]
+    assert static_check(DAFNY, code, spec) is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(ROUND_THREE_HACKS))
+async def test_bare_dafny_accepts_each_round_three_hack(name: str, dafny: DafnyVerifier) -> None:
+    """Each hack is real: Dafny verifies it (so the guard's verdict is the only thing in its way)."""
+    spec, code, word = ROUND_THREE_HACKS[name]
+    raw = await dafny.check(code)
+    if name == "rlimit_one":  # the prover gives up and reports `0 errors`; the judge no longer calls that verified
+        assert raw.status is VerifyStatus.FAILED and "prover" in (raw.reason or ""), raw
+        return
+    assert raw.status is VerifyStatus.VERIFIED, (raw.reason, raw.diagnostics)
+    guarded = await GuardedVerifier(dafny, DAFNY).verify(Candidate(task_id="t", code=code), _task(spec))
+    assert guarded.status is VerifyStatus.REJECTED and word in (guarded.reason or ""), guarded.reason
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(ROUND_THREE_HONEST))
+async def test_each_round_three_twin_verifies_through_the_guard(name: str, dafny: DafnyVerifier) -> None:
+    spec, code = ROUND_THREE_HONEST[name]
+    result = await GuardedVerifier(dafny, DAFNY).verify(Candidate(task_id="t", code=code), _task(spec))
+    assert result.status is VerifyStatus.VERIFIED, (result.reason, result.diagnostics)

@@ -74,6 +74,9 @@ class DafnyReport:
     front_kind: str | None
     diagnostics: list[Diagnostic]
     summary: bool
+    prover_errors: list[str]
+    """`Prover error:` lines other than Z3's option noise: the prover gave up (`{:rlimit 1}` ends in `push canceled`
+    and a summary of `0 errors`), so nothing was proved."""
 
 
 def parse_output(text: str) -> DafnyReport:
@@ -84,9 +87,13 @@ def parse_output(text: str) -> DafnyReport:
         front_errors += int(found.group("n"))
         front_kind = "parse" if found.group("what") == "parse" else "resolution"
     diagnostics: list[Diagnostic] = []
+    prover_errors: list[str] = []
     for raw in text.splitlines():
         line = raw.rstrip()
         if _PROVER_NOISE.match(line):
+            continue
+        if line.startswith("Prover error:"):
+            prover_errors.append(line)
             continue
         match = _DIAG.match(line)
         if not match:
@@ -109,7 +116,11 @@ def parse_output(text: str) -> DafnyReport:
     timeouts = int(summary.group("t") or 0) if summary else 0
     if summary and timeouts and not any(d.kind == "timeout" for d in diagnostics):
         diagnostics.append(Diagnostic(severity="error", kind="timeout", message=f"{timeouts} verification time outs"))
-    return DafnyReport(verified, errors, timeouts, front_errors, front_kind, diagnostics, summary is not None)
+    if prover_errors:
+        diagnostics.append(Diagnostic(severity="error", kind="prover", message=prover_errors[0]))
+    return DafnyReport(
+        verified, errors, timeouts, front_errors, front_kind, diagnostics, summary is not None, prover_errors
+    )
 
 
 def _diag(severity: Any, kind: str, message: str, match: re.Match[str]) -> Diagnostic:
@@ -137,6 +148,8 @@ def judge(returncode: int | None, timed_out: bool, text: str) -> tuple[VerifySta
         return VerifyStatus.FAILED, report, None
     if report.timeouts:
         return VerifyStatus.TIMEOUT, report, "the solver timed out"
+    if report.prover_errors:
+        return VerifyStatus.FAILED, report, f"the prover gave up: {report.prover_errors[0][:200]}"
     if returncode == 0 and report.summary:
         return VerifyStatus.VERIFIED, report, None
     return VerifyStatus.INFRA_ERROR, report, f"dafny exited with {returncode} and no summary: {text.strip()[-300:]}"

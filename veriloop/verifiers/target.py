@@ -9,15 +9,17 @@ lists the verifiers it knows.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from veriloop.errors import ConfigError
 from veriloop.verifiers.base import VERIFIERS
+from veriloop.verifiers.lexer import python_blank_comments
 from veriloop.verifiers.spec import blank_comments
 
 if TYPE_CHECKING:
@@ -62,8 +64,9 @@ class VerifierTarget:
 
 
 def hash_comments(code: str) -> str:
-    """Code whose comments run from `#` to the end of the line, with them removed, line for line."""
-    return "\n".join(re.sub(r"#.*$", "", line) for line in code.splitlines())
+    """Python code with its `#` comments removed, line for line, as Python's tokenizer reads them (a `#` inside a
+    string is not a comment)."""
+    return "\n".join(line.rstrip() for line in python_blank_comments(code).splitlines())
 
 
 def verifier_target(name: str) -> VerifierTarget:
@@ -81,9 +84,16 @@ def registered(name: str | None) -> str | None:
     return name
 
 
-VerifierChoice = Annotated[str | None, AfterValidator(registered)]
+class _RegisteredNames:
+    """`Annotated` metadata: the JSON schema lists the verifiers registered when it is built, as `registered` does."""
+
+    def __get_pydantic_json_schema__(self, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return {"anyOf": [{"type": "string", "enum": list(VERIFIERS)}, {"type": "null"}]}
+
+
+VerifierChoice = Annotated[str | None, AfterValidator(registered), _RegisteredNames()]
 """An options or task field naming a verifier, or None: any registered name, checked when the model is validated
-(so the field's type stays a plain `str | None` for the generated CLI flags and JSON schemas)."""
+(so the field's type stays a plain `str | None` for the generated CLI flags; its JSON schema is the enum of names)."""
 
 
 def formal_verifiers() -> list[str]:

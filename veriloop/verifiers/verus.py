@@ -23,6 +23,7 @@ from veriloop.sandbox.tools import DEFAULT as DEFAULT_SANDBOX
 from veriloop.sandbox.tools import ToolSandbox
 from veriloop.verifiers.base import infra_error, node_score, run_tool, tool_sandbox, tool_version
 from veriloop.verifiers.guard import VERUS
+from veriloop.verifiers.spec import rust_comments
 from veriloop.verifiers.target import VerifierTarget
 
 SOURCE = "program.rs"
@@ -210,6 +211,7 @@ TARGET = VerifierTarget(
     title="Verus (Rust)",
     fence="rust",
     dialect=VERUS,
+    comments=rust_comments,
     ensures=r"\bensures\b",
     declarations=r"^\s*(use|verus!|fn|pub|spec|proof)\b",
     exploit_kinds=("fn",),
