@@ -333,7 +333,15 @@ def test_the_official_client_runs_code_and_submits(live: Live) -> None:
                                        config=sf.TestConfig(extra={"is_freeform": True})), endpoint)  # fmt: skip
     assert not wrong.accepted and wrong.extracted_code.startswith("def truncate_number")
     unknown = requests.post(f"{endpoint}/submit", json={"dataset": "nope", "id": 1, "completion": "", "config": {}})
-    assert unknown.status_code == 400 and "no eval class" in unknown.json()["error"]["message"]
+    assert unknown.status_code == 404 and "no dataset" in unknown.json()["error"]["message"]
+    missing = requests.post(f"{endpoint}/submit", json={"dataset": "humaneval_python", "id": 999, "completion": ""})
+    assert missing.status_code == 404
+    binary = {"code": "print(1)", "language": "python", "files": {"b.bin": base64.b64encode(b"\xff\xfe").decode()}}
+    refused = requests.post(f"{endpoint}/run_code", json=binary, timeout=30).json()
+    assert refused["status"] == "SandboxError" and "UTF-8" in refused["message"]
+    for bad in ({"language": "php"}, {"files": {"../x": ""}}, {"files": {"/etc/x": ""}}, {"memory_limit_MB": "1"}):
+        body = {"code": "print(1)", "language": "python", **bad}
+        assert requests.post(f"{endpoint}/run_code", json=body, timeout=30).status_code == 400, bad
 
 
 @pytest.mark.bwrap
@@ -451,8 +459,9 @@ def test_openrlhf_requests_get_the_judges_rewards(live: Live) -> None:
         timeout=120,
     )
     assert batch.status_code == 200 and batch.json()["rewards"] == rewards[:3]  # several samples, no prompts
-    unknown = requests.post(url, json={"query": ["x"], "labels": ["Nope/1"]}, timeout=30)
-    assert unknown.status_code == 400 and "labels[0]" in unknown.json()["error"]["message"]
+    unknown = requests.post(url, json={"query": ["x", "y"], "labels": ["Nope/1"]}, timeout=30).json()
+    assert unknown["rewards"] == [openrlhf.INFRA_REWARD] * 2  # an unknown task, a missing label: flagged, not judged
+    assert unknown["extra_logs"]["label_error"] == [1.0, 1.0] and unknown["extra_logs"]["infra_error"] == [0.0, 0.0]
 
 
 class InfraSandbox:

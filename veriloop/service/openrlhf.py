@@ -40,7 +40,6 @@ from veriloop.service.judge import (
     service_of,
     token_of,
 )
-from veriloop.service.sandbox_fusion import stdio_cases
 
 PREFIX = "/api/openrlhf"
 PATH = f"{PREFIX}/get_reward"
@@ -48,6 +47,7 @@ PATH = f"{PREFIX}/get_reward"
 INFRA_REWARD = 0.0
 """The reward of a sample the judge could not judge (flagged in extra_logs.infra_error)."""
 MAX_SAMPLES = 4096
+LOG_KEYS = ("passed", "pass_rate", "infra_error", "label_error")
 CANDIDATE_KEYS = ("tests", "entry_point", "task_id", "suite", "spec", "verifier", "language", "limits")
 TASK_ID = re.compile(r"^[A-Za-z][\w.-]*/[\w.-]+$")
 SPECIAL_TOKEN = re.compile(r"<\|[^|<>\s]{1,40}\|>|</s>|<s>|<eos>|<bos>|<end_of_turn>|<start_of_turn>|<pad>")
@@ -70,14 +70,17 @@ class RewardRequest(BaseModel):
 
     query: list[str] = Field(max_length=MAX_SAMPLES, description="Decoded prompt + response, special tokens kept.")
     prompts: list[str] | None = Field(None, max_length=MAX_SAMPLES, description="The prompts, as OpenRLHF sent them.")
-    labels: list[Any] | None = Field(None, max_length=MAX_SAMPLES, description="What judges each sample (see docs).")
+    labels: list[Any] = Field(
+        max_length=MAX_SAMPLES, description="What judges each sample, one per query (a missing one: label_error)."
+    )
 
 
 class RewardResponse(BaseModel):
     rewards: list[float]
     scores: list[float] = Field(description="0 to 1: the pass rate (tests) or 1/0 (verified); 0 for infra errors.")
     extra_logs: dict[str, list[float]] = Field(
-        description="Per sample: passed (1/0), pass_rate, infra_error (1 where the reward says nothing).",
+        description="Per sample: passed (1/0), pass_rate, and infra_error / label_error: 1 where the reward says "
+        "nothing (the judge could not judge; the label named no checks).",
     )
 
 
@@ -121,8 +124,21 @@ def _stdio(inputs: Any, outputs: Any) -> list[dict[str, str]] | None:
 
 
 def _common_oj(data: Any) -> list[dict[str, str]] | None:
-    cases = stdio_cases(data)
-    return None if cases is None else [{"stdin": stdin, "expected": expected} for stdin, expected in cases]
+    """SandboxFusion's CommonOJ cases, `[{input: {stdin}, output: {stdout}}]`, as `{stdin, expected}` cases."""
+    if not isinstance(data, list) or not data:
+        return None
+    cases = []
+    for case in data:
+        given = case.get("input") if isinstance(case, dict) else None
+        wanted = case.get("output") if isinstance(case, dict) else None
+        if not isinstance(given, dict) or not isinstance(wanted, dict) or not isinstance(wanted.get("stdout"), str):
+            return None
+        cases.append({"stdin": str(given.get("stdin", "")), "expected": wanted["stdout"]})
+    return cases
+
+
+class LabelError(ValueError):
+    """A label that names no checks: that sample is not judged (reward INFRA_REWARD, extra_logs.label_error 1)."""
 
 
 def checks_of(label: Any, index: int) -> dict[str, Any]:
@@ -135,7 +151,7 @@ def checks_of(label: Any, index: int) -> dict[str, Any]:
     label = _loads(label)
     if isinstance(label, dict):
         if "fn_name" in label:
-            raise APIError(400, f"labels[{index}]: verl's call-based fn_name tests are not supported", param="labels")
+            raise LabelError(f"labels[{index}]: verl's call-based fn_name tests are not supported")
         cases = _stdio(label.get("inputs"), label.get("outputs")) or _common_oj(label.get("test"))
         fields = {key: label[key] for key in CANDIDATE_KEYS if label.get(key) not in (None, "")}
         if cases is not None:
@@ -146,46 +162,51 @@ def checks_of(label: Any, index: int) -> dict[str, Any]:
         if cases is None and all(isinstance(c, dict) and "expected" in c for c in label):
             cases = [{"stdin": str(c.get("stdin", "")), "expected": str(c["expected"])} for c in label]
         if not cases:
-            raise APIError(400, f"labels[{index}]: a list label is stdin/stdout cases", param="labels")
+            raise LabelError(f"labels[{index}]: a list label is stdin/stdout cases")
         return {"tests": cases}
     if isinstance(label, str) and label.strip():
         text = label.strip()
         return {"task_id": text} if TASK_ID.match(text) else {"tests": label}
-    raise APIError(400, f"labels[{index}]: name the checks (tests, a task id or a spec)", param="labels")
+    raise LabelError(f"labels[{index}]: name the checks (tests, a task id or a spec)")
 
 
-def candidates_of(service: JudgeService, body: RewardRequest) -> list[JudgeCandidate]:
-    if body.labels is None or len(body.labels) != len(body.query):
-        raise APIError(400, "labels: one per query", param="labels")
-    if body.prompts is not None and len(body.prompts) != len(body.query):
-        raise APIError(400, "prompts: one per query (or none)", param="prompts")
-    out = []
-    for index, (query, label) in enumerate(zip(body.query, body.labels, strict=True)):
-        fields = checks_of(label, index)
-        language = str(fields.get("language") or "python")
-        prompt = body.prompts[index] if body.prompts is not None else None
-        fields["code"] = program_of(query, prompt, language)
+def candidates_of(service: JudgeService, body: RewardRequest) -> list[JudgeCandidate | str]:
+    """Per query its candidate, or why its label names nothing to judge (a missing label is such a label)."""
+    out: list[JudgeCandidate | str] = []
+    for index, query in enumerate(body.query):
+        label = body.labels[index] if index < len(body.labels) else None
+        prompt = body.prompts[index] if body.prompts is not None and index < len(body.prompts) else None
         try:
+            fields = checks_of(label, index)
+            fields["code"] = program_of(query, prompt, str(fields.get("language") or "python"))
             candidate = JudgeCandidate.model_validate(fields)
             if candidate.task_id is not None:
-                service.judge.task_of(candidate)  # an unknown task is the dataset's fault: 400, not infra_error
+                service.judge.task_of(candidate)  # an unknown task is the label's fault, not an infra_error
         except (ValueError, ConfigError) as exc:
-            raise APIError(400, f"labels[{index}]: {exc}", param="labels") from None
+            message = str(exc) if isinstance(exc, LabelError) else f"labels[{index}]: {exc}"
+            out.append(message)
+            continue
         out.append(candidate)
     return out
 
 
-def answer(verdicts: list[Verdict]) -> RewardResponse:
+def answer(judged: list[Verdict | str]) -> RewardResponse:
+    """Rewards, scores and extra_logs; a sample the judge could not judge, or whose label named nothing, gets
+    INFRA_REWARD and says so (infra_error, label_error)."""
     rewards, scores = [], []
-    logs: dict[str, list[float]] = {"passed": [], "pass_rate": [], "infra_error": []}
-    for verdict in verdicts:
-        infra = verdict.reward is None
-        rewards.append(INFRA_REWARD if verdict.reward is None else float(verdict.reward))
-        rate = verdict.pass_rate if verdict.pass_rate is not None else (1.0 if verdict.passed else 0.0)
-        scores.append(0.0 if infra else min(max(rate, 0.0), 1.0))
-        logs["passed"].append(float(verdict.passed))
-        logs["pass_rate"].append(0.0 if infra else rate)
-        logs["infra_error"].append(float(infra))
+    logs: dict[str, list[float]] = {key: [] for key in LOG_KEYS}
+    for verdict in judged:
+        reward = verdict.reward if isinstance(verdict, Verdict) else None
+        rate, passed = 0.0, False
+        if isinstance(verdict, Verdict) and reward is not None:
+            rate = verdict.pass_rate if verdict.pass_rate is not None else (1.0 if verdict.passed else 0.0)
+            passed = verdict.passed
+        rewards.append(INFRA_REWARD if reward is None else float(reward))
+        scores.append(0.0 if reward is None else min(max(rate, 0.0), 1.0))
+        logs["passed"].append(float(passed))
+        logs["pass_rate"].append(rate)
+        logs["infra_error"].append(float(isinstance(verdict, Verdict) and reward is None))
+        logs["label_error"].append(float(isinstance(verdict, str)))
     return RewardResponse(rewards=rewards, scores=scores, extra_logs=logs)
 
 
@@ -212,7 +233,7 @@ def admit(service: JudgeService, token: str, count: int) -> Account:
     return account
 
 
-@router.post("/get_reward", responses={400: ERRORS[400], 401: ERRORS[401], 413: ERRORS[413], 429: ERRORS[429]})
+@router.post("/get_reward", responses={401: ERRORS[401], 413: ERRORS[413], 429: ERRORS[429]})
 async def get_reward(
     body: RewardRequest,
     request: Request,
@@ -223,9 +244,10 @@ async def get_reward(
     security_weight: Annotated[float, Query(ge=0, le=10, description="Subtracted per bandit finding.")] = 0.0,
 ) -> RewardResponse:
     """OpenRLHF's remote reward: judge each query's program against its label; rewards, scores and extra_logs."""
-    candidates = candidates_of(service, body)
+    parsed = candidates_of(service, body)
+    candidates = [c for c in parsed if isinstance(c, JudgeCandidate)]
     if not candidates:
-        return RewardResponse(rewards=[], scores=[], extra_logs={"passed": [], "pass_rate": [], "infra_error": []})
+        return answer(list(parsed))
     options = RewardOptions(mode=mode, security_weight=security_weight)
     token = token_of(request)
     account = admit(service, token, len(candidates))
@@ -241,10 +263,10 @@ async def get_reward(
         work = asyncio.ensure_future(service.judge.judge_many(candidates, options, hook, security))
         watcher = asyncio.ensure_future(_watch_disconnect(request, work))
         try:
-            verdicts = await work
+            verdicts = iter(await work)
         finally:
             watcher.cancel()
-        return answer(verdicts)
+        return answer([c if isinstance(c, str) else next(verdicts) for c in parsed])
     finally:
         service.settle(token, account, remaining)
 

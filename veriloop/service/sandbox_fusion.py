@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import json
 import math
 from collections.abc import Sequence
 from enum import StrEnum
@@ -28,11 +27,11 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, Strict, StringConstraints
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from veriloop.errors import ConfigError
+from veriloop.errors import ConfigError, NotFoundError
 from veriloop.llm.codeblocks import extract_code
 from veriloop.records import ExecResult, ExecStatus
 from veriloop.sandbox import Job, Limits
@@ -69,44 +68,13 @@ LANGUAGE_MAP = {
     "c": "c",
     "javascript": "javascript",
 }
-"""SandboxFusion language -> veriloop language (plus veriloop's own `c` and `javascript`); the rest answer 400."""
+"""SandboxFusion language -> veriloop language (plus veriloop's own `c` and `javascript`)."""
 SF_COMPILED = frozenset({"cpp", "go", "java", "rust", "c"})
 """Languages SandboxFusion compiles in a step of its own (compile_result); the others report everything as run_result
 (veriloop's syntax check of Python and JavaScript is folded into run_result, as SandboxFusion has no such step)."""
 
-Language = Literal[  # SandboxFusion's (sandbox/runners/types.py), then veriloop's c and javascript
-    "python",
-    "cpp",
-    "nodejs",
-    "go",
-    "go_test",
-    "java",
-    "php",
-    "csharp",
-    "bash",
-    "typescript",
-    "sql",
-    "rust",
-    "cuda",
-    "lua",
-    "R",
-    "perl",
-    "D_ut",
-    "ruby",
-    "scala",
-    "julia",
-    "pytest",
-    "junit",
-    "kotlin_script",
-    "jest",
-    "verilog",
-    "python_gpu",
-    "lean",
-    "swift",
-    "racket",
-    "c",
-    "javascript",
-]
+Language = Literal["python", "cpp", "nodejs", "go", "java", "rust", "c", "javascript"]
+"""The SandboxFusion languages served here (plus veriloop's c and javascript); the schema refuses the others."""
 
 router = APIRouter(tags=["sandbox-fusion"])
 
@@ -126,6 +94,12 @@ class Lenient(BaseModel):
     """SandboxFusion's clients send fields this server does not read (and newer ones): they are ignored."""
 
     model_config = ConfigDict(extra="ignore")
+
+
+_SEGMENT = r"(?:[^/.\x00][^/\x00]*|\.[^/.\x00][^/\x00]*|\.\.[^/\x00]+)"
+FileName = Annotated[str, StringConstraints(pattern=f"^{_SEGMENT}(?:/{_SEGMENT})*$", max_length=255)]
+"""A relative path inside the work dir: no leading slash, no empty, `.` or `..` segments."""
+Base64 = Annotated[str, StringConstraints(pattern=r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$")]
 
 
 class CommandRunStatus(StrEnum):
@@ -152,14 +126,18 @@ class CommandRunResult(BaseModel):
 class RunCodeRequest(Lenient):
     """One program run, exactly as verl and SandboxFusion's client send it."""
 
-    compile_timeout: float = Field(10, description="Seconds for the compile step (clamped to 0.1..60).")
-    run_timeout: float = Field(10, description="Seconds for the run (clamped to 0.1..60).")
-    memory_limit_MB: int = Field(-1, description="Memory of the job in MiB (cgroup); <= 0: the server's default.")
+    compile_timeout: Annotated[float, Strict()] = Field(10, description="Seconds to compile (clamped to 0.1..60).")
+    run_timeout: Annotated[float, Strict()] = Field(10, description="Seconds for the run (clamped to 0.1..60).")
+    memory_limit_MB: Annotated[int, Strict()] = Field(
+        -1, description="Memory of the job in MiB (cgroup); <= 0: the server's default."
+    )
     code: str = Field(max_length=1_000_000, description="The program.")
     stdin: str | None = Field(None, max_length=16_000_000, description="Its standard input.")
-    language: Language = Field(description="python, cpp, nodejs, go, java, rust (also c, javascript); others: 400.")
-    files: dict[str, str | None] = Field(
-        default_factory=dict, description="Path -> base64 content, written beside the program (UTF-8 text only)."
+    language: Language = Field(description="python, cpp, nodejs, go, java, rust (also veriloop's c, javascript).")
+    files: dict[FileName, Base64 | None] = Field(
+        default_factory=dict,
+        description="Relative path -> base64 content, written beside the program (UTF-8 text; else SandboxError).",
+        json_schema_extra={"additionalProperties": False},
     )
     fetch_files: list[str] = Field(default_factory=list, description="Accepted; no file is fetched back.")
 
@@ -173,19 +151,38 @@ class RunCodeResponse(BaseModel):
     files: dict[str, str] = Field(default_factory=dict)
 
 
+class StdinOf(Lenient):
+    stdin: str = Field("", max_length=16_000_000)
+
+
+class StdoutOf(Lenient):
+    stdout: str = Field(max_length=16_000_000)
+
+
+class StdioTest(Lenient):
+    """SandboxFusion's GeneralStdioTest (CommonOJ): stdin in, stdout expected."""
+
+    input: StdinOf
+    output: StdoutOf
+
+
+class ProvidedData(Lenient):
+    """The problem itself, for a dataset this server has no table of (CommonOJ's `test` cases)."""
+
+    test: list[StdioTest] = Field(min_length=1, max_length=1000)
+
+
 class TestConfig(Lenient):
     __test__ = False  # not a pytest class
 
-    dataset_type: str | None = Field(None, description="CommonOJDataset with provided_data for stdin/stdout tests.")
-    language: str | None = None
+    dataset_type: str | None = Field(None, description="Read as CommonOJDataset when provided_data has test cases.")
+    language: Language | None = Field(None, description="CommonOJ: the program's language (default python).")
     locale: str | None = None
     is_fewshot: bool | None = None
-    compile_timeout: float | None = None
-    run_timeout: float | None = None
-    custom_extract_logic: str | None = Field(None, description="Not supported: 400 when given.")
-    provided_data: list[dict[str, Any]] | dict[str, Any] | None = Field(
-        None, description="The problem itself: {test: [{input: {stdin}, output: {stdout}}]} or veriloop's checks."
-    )
+    compile_timeout: Annotated[float, Strict()] | None = None
+    run_timeout: Annotated[float, Strict()] | None = None
+    custom_extract_logic: None = Field(None, description="Not supported (it would run the caller's code here).")
+    provided_data: ProvidedData | None = Field(None, description="{test: [{input: {stdin}, output: {stdout}}]}.")
     extra: dict[str, Any] = Field(default_factory=dict, description="run_all_cases, is_freeform.")
 
 
@@ -221,6 +218,9 @@ BUSY: dict[int | str, dict[str, Any]] = {
     }
 }
 RESPONSES: dict[int | str, dict[str, Any]] = {400: ERRORS[400], 401: ERRORS[401], 413: ERRORS[413], **BUSY}
+NO_PROBLEM: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorResponse, "description": "No such dataset or task here (give the problem in provided_data)."}
+}
 
 
 class Busy(APIError):
@@ -256,6 +256,10 @@ def language_of(name: str) -> str:
     return LANGUAGE_MAP[name]
 
 
+class NotText(Exception):
+    """A file of the request is not UTF-8 text (veriloop's jobs carry text files): answered SandboxError."""
+
+
 def decode_files(files: dict[str, str | None]) -> dict[str, str]:
     """SandboxFusion's `files` (path -> base64) as job files; None contents and IGNORE_THIS_FILE paths are skipped."""
     out: dict[str, str] = {}
@@ -265,7 +269,7 @@ def decode_files(files: dict[str, str | None]) -> dict[str, str]:
         try:
             out[name] = base64.b64decode(content, validate=True).decode("utf-8")
         except (binascii.Error, ValueError):
-            raise APIError(400, f"files[{name!r}]: base64 of UTF-8 text expected", param="files") from None
+            raise NotText(f"files[{name!r}] is not UTF-8 text: only text files are supported here") from None
     return out
 
 
@@ -384,6 +388,8 @@ async def run_code(service: JudgeService, body: RunCodeRequest) -> RunCodeRespon
     """One SandboxFusion run: the answer, or Busy (504) when the server is overloaded."""
     try:
         job, language = build_job(service, body)
+    except NotText as exc:
+        return RunCodeResponse(status=RunStatus.SANDBOX_ERROR, message=str(exc))
     except ConfigError as exc:  # a language whose tools this sandbox lacks: the server's fault, not the request's
         if not langs.available(language_of(body.language), service.judge.sandbox.toolchain):
             return RunCodeResponse(status=RunStatus.SANDBOX_ERROR, message=str(exc))
@@ -422,30 +428,6 @@ HUMANEVAL_STOPS = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#", "\n
 """HumanEval's stop sequences: a raw completion continues the prompt's function up to the first of them."""
 HUMANEVAL_DATASETS = {"humaneval_python": "humaneval", "humaneval": "humaneval", "shadow_humaneval_python": "humaneval"}
 MBPP_DATASETS = {"mbpp": "mbpp"}
-CANDIDATE_KEYS = ("tests", "entry_point", "task_id", "suite", "spec", "verifier", "language", "prompt", "limits")
-
-
-def stdio_cases(data: Any) -> list[tuple[str, str]] | None:
-    """SandboxFusion's CommonOJ tests, `[{input: {stdin}, output: {stdout}}]`, as (stdin, expected) pairs."""
-    if isinstance(data, str):
-        try:
-            data = json.loads(data)
-        except ValueError:
-            return None
-    if not isinstance(data, list) or not data:
-        return None
-    cases = []
-    for case in data:
-        if not isinstance(case, dict):
-            return None
-        given, wanted = case.get("input"), case.get("output")
-        if not isinstance(given, dict) or not isinstance(wanted, dict):
-            return None
-        stdin, stdout = given.get("stdin", ""), wanted.get("stdout")
-        if not isinstance(stdin, str) or not isinstance(stdout, str):
-            return None
-        cases.append((stdin, stdout))
-    return cases
 
 
 def _task_id(dataset: str, ident: int | str) -> tuple[str, str] | None:
@@ -472,43 +454,33 @@ def extracted(completion: str, language: str) -> tuple[str, Literal["fenced", "e
 
 
 async def submit(service: JudgeService, body: SubmitRequest) -> EvalResult:
-    config = body.config
-    if config.custom_extract_logic:
-        raise APIError(400, "custom_extract_logic is not supported (it runs client code on the server)")
-    data = config.provided_data
-    if isinstance(data, list):
-        raise APIError(400, "provided_data: one problem (an object) per submit", param="config.provided_data")
-    cases = stdio_cases(data.get("test")) if isinstance(data, dict) else None
-    if cases is not None:
-        return await _submit_stdio(service, body, cases)
+    """CommonOJ when the request carries the cases; else a HumanEval or MBPP task; else 404 (no such dataset here)."""
+    data = body.config.provided_data
+    if data is not None:
+        return await _submit_stdio(service, body, [(case.input.stdin, case.output.stdout) for case in data.test])
     named = _task_id(body.dataset, body.id)
-    if isinstance(data, dict) and any(key in data for key in ("tests", "spec", "task_id")):
-        return await _submit_judged(service, body, {k: v for k, v in data.items() if k in CANDIDATE_KEYS}, None)
-    if named is not None:
-        suite, task_id = named
-        return await _submit_judged(service, body, {"task_id": task_id, "suite": suite}, suite)
-    raise APIError(
-        400,
-        f"no eval class found for dataset {body.dataset!r}: use humaneval_python or mbpp with a task id, or "
-        "provided_data with test (CommonOJ stdin/stdout cases) or tests/spec (veriloop's checks)",
-        param="dataset",
-    )
+    if named is None:
+        raise NotFoundError(
+            f"no dataset {body.dataset!r} here: humaneval_python and mbpp name their tasks by id; other problems "
+            "come in config.provided_data ({test: [{input: {stdin}, output: {stdout}}]})"
+        )
+    suite, task_id = named
+    return await _submit_judged(service, body, task_id, suite)
 
 
 async def _submit_stdio(service: JudgeService, body: SubmitRequest, cases: list[tuple[str, str]]) -> EvalResult:
     """CommonOJ: one run per case, stdout compared on the host (veriloop's comparison: trailing whitespace ignored);
     the first failing case ends the submission unless `extra.run_all_cases`, as in SandboxFusion."""
     config = body.config
-    if not config.language:
-        raise APIError(400, "config.language field must exist for CommonOJDataset, got None", param="config.language")
-    code, kind = extracted(body.completion, LANGUAGE_MAP.get(config.language, config.language))
-    compiled = LANGUAGE_MAP.get(config.language) in SF_COMPILED
+    language = config.language or "python"
+    code, kind = extracted(body.completion, LANGUAGE_MAP[language])
+    compiled = LANGUAGE_MAP[language] in SF_COMPILED
     default_run = 10.0 if compiled else 20.0  # SandboxFusion's defaults for compiled and other languages
     requests = [
         RunCodeRequest.model_validate(
             {
                 "code": code,
-                "language": config.language,
+                "language": language,
                 "stdin": stdin,
                 "compile_timeout": config.compile_timeout or 10.0,
                 "run_timeout": config.run_timeout or default_run,
@@ -536,28 +508,24 @@ async def _submit_stdio(service: JudgeService, body: SubmitRequest, cases: list[
     return EvalResult(id=body.id, accepted=accepted, extracted_code=code, tests=outcomes, extracted_type=kind)
 
 
-async def _submit_judged(
-    service: JudgeService, body: SubmitRequest, checks: dict[str, Any], suite: str | None
-) -> EvalResult:
-    """A veriloop task (HumanEval, MBPP) or checks given inline: the judge's verdict, one test case per test."""
-    language = str(checks.get("language") or body.config.language or "python")
-    language = LANGUAGE_MAP.get(language, language)
-    freeform = bool(body.config.extra.get("is_freeform"))
-    code, kind = extracted(body.completion, language)
-    candidate_fields: dict[str, Any] = {**checks, "language": language}
+async def _submit_judged(service: JudgeService, body: SubmitRequest, task_id: str, suite: str) -> EvalResult:
+    """A veriloop task (HumanEval, MBPP): the judge's verdict, one test case per test it reports.
+
+    HumanEval: a completion without a fence continues the prompt (cut at HumanEval's stop sequences), as
+    SandboxFusion's non-freeform mode; a fenced one (or `extra.is_freeform`) is the whole program. MBPP: the fenced
+    block (else the text) up to `[DONE]`, cut before the tests it may repeat (SandboxFusion's postprocessing)."""
+    fields: dict[str, Any] = {"task_id": task_id, "suite": suite, "language": "python"}
+    try:
+        task = service.judge.task_of(JudgeCandidate.model_validate({**fields, "code": ""}))
+    except ConfigError as exc:
+        raise NotFoundError(str(exc)) from None
+    code, kind = extracted(body.completion, "python")
     if suite == "mbpp":
         code = _cut(code.split("[DONE]")[0], MBPP_STOPS)
-    if "task_id" in checks:
-        probe = JudgeCandidate.model_validate({**candidate_fields, "code": ""})
-        try:
-            task = service.judge.task_of(probe)
-        except ConfigError as exc:
-            raise APIError(400, str(exc), param="id") from None
-        if suite == "humaneval" and not freeform and "```" not in body.completion:
-            code, kind = task.prompt + _cut(body.completion, HUMANEVAL_STOPS), "heuristic"
-    candidate = JudgeCandidate.model_validate({**candidate_fields, "code": code})
-    verdict = await service.judge.judge(candidate, 0, None, False)
-    return eval_result(service, body.id, code, kind, verdict, language)
+    elif not body.config.extra.get("is_freeform") and "```" not in body.completion:
+        code, kind = task.prompt + _cut(body.completion, HUMANEVAL_STOPS), "heuristic"
+    verdict = await service.judge.judge(JudgeCandidate.model_validate({**fields, "code": code}), 0, None, False)
+    return eval_result(service, body.id, code, kind, verdict, "python")
 
 
 def eval_result(
@@ -589,7 +557,7 @@ def eval_result(
     )
 
 
-@router.post("/submit", responses=RESPONSES)
+@router.post("/submit", responses={**RESPONSES, **NO_PROBLEM})
 async def submit_route(body: SubmitRequest, service: ServiceDep) -> EvalResult:
     """SandboxFusion's `/submit`: judge one completion of a dataset problem, with per-test results."""
     return await submit(service, body)
