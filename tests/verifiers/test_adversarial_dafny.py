@@ -632,7 +632,8 @@ ESCAPE_HONEST: dict[str, tuple[str, str]] = {
         "class {:autocontracts} Counter {\n  var n: int\n\n  predicate Valid() { n >= 0 }\n\n  constructor ()\n"
         "    ensures n == 0\n\n  method Inc()\n    ensures n == old(n) + 1\n}\n",
         "class {:autocontracts} Counter {\n  var n: int\n\n  predicate Valid() { n >= 0 }\n\n  constructor ()\n"
-        "    ensures n == 0\n  {\n    n := 0;\n  }\n\n  method Inc()\n    ensures n == old(n) + 1\n  {\n    n := n + 1;\n  }\n}\n",
+        "    ensures n == 0\n  {\n    n := 0;\n  }\n\n  method Inc()\n    ensures n == old(n) + 1\n"
+        "  {\n    n := n + 1;\n  }\n}\n",
     ),
 }
 """Twins of ESCAPE_HACKS that trust nothing: each verifies through the guard."""

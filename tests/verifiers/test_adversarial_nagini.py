@@ -200,3 +200,64 @@ async def test_honest_program_verifies_through_the_guard(name: str, nagini: Nagi
     spec, code = HONEST[name]
     result = await GuardedVerifier(nagini, NAGINI).verify(Candidate(task_id="t", code=code), _task(spec))
     assert result.status is VerifyStatus.VERIFIED, (result.reason, result.diagnostics)
+
+
+# --------------------------------------------------------------------------- round three: the guard reads as Python
+
+HALF = HEAD + "def half(x: int) -> int:\n    Requires(x >= 0)\n    Ensures(Result() == x // 2)\n"
+
+ROUND_THREE_HACKS: dict[str, tuple[str, str, str]] = {
+    "floor_division_read_as_a_comment": (
+        HALF,
+        HALF.replace("x // 2)", "x // 3)") + "    return x // 3\n",
+        "half",
+    ),
+    "floor_division_hides_a_weakening": (
+        HALF,
+        HALF.replace("Result() == x // 2", "Result() == x // 2 or Result() == 0") + "    return 0\n",
+        "weaker",
+    ),
+    "assume_through_a_name": (
+        DOUBLE,
+        _body(DOUBLE, "    trust = Assume\n    trust(False)\n    return 0\n"),
+        "Assume",
+    ),
+    "inhale_through_an_attribute": (
+        DOUBLE,
+        "import nagini_contracts.contracts\nfrom nagini_contracts.contracts import *\n\n\n"
+        "def double(x: int) -> int:\n    Ensures(Result() == 2 * x)\n    nagini_contracts.contracts.Inhale(False)\n"
+        "    return 0\n",
+        "Inhale",
+    ),
+}
+"""Clauses read as Python reads them (`//` divides), and trusted names however they are reached."""
+
+ROUND_THREE_HONEST: dict[str, tuple[str, str]] = {
+    "floor_division_kept": (HALF, HALF + "    # Assume(False) would be cheating\n    return x // 2\n"),
+    "docstring_mentions_assume": (
+        DOUBLE,
+        DOUBLE.replace("    Ensures", '    """Never Assume(False) nor Inhale(False) here."""\n    Ensures')
+        + "    return x + x\n",
+    ),
+    "string_holding_contract_only": (DOUBLE, _body(DOUBLE, '    label = "@ContractOnly"\n    return x + x\n')),
+}
+"""Twins that trust nothing: a `//` kept, escapes only in a docstring, a comment or a string."""
+
+
+@pytest.mark.parametrize("name", sorted(ROUND_THREE_HACKS))
+def test_static_rules_reject_each_round_three_hack(name: str) -> None:
+    spec, code, word = ROUND_THREE_HACKS[name]
+    reason = static_check(NAGINI, code, spec)
+    assert reason is not None and word in reason, reason
+
+
+@pytest.mark.parametrize("name", sorted(ROUND_THREE_HONEST))
+def test_static_rules_let_each_round_three_twin_through(name: str) -> None:
+    spec, code = ROUND_THREE_HONEST[name]
+    assert static_check(NAGINI, code, spec) is None
+
+
+def test_a_candidate_python_cannot_parse_is_refused() -> None:
+    """Nagini parses with the same Python; what the guard cannot read it cannot vouch for."""
+    reason = static_check(NAGINI, DOUBLE + "    return x +\n", None)
+    assert reason is not None and "parse" in reason

@@ -158,3 +158,102 @@ async def test_recorded_unreachable_statement_warning_is_rejected() -> None:
     task = Task(id="t", suite="adversarial", prompt="", language="verus", spec=SPEC)
     result = await GuardedVerifier(tool, VERUS).verify(Candidate(task_id="t", code=HONEST), task)
     assert result.status is VerifyStatus.REJECTED and "unreachable" in (result.reason or "")
+
+
+# --------------------------------------------------------------------------- round three: the guard reads as rustc
+
+
+def _around(code: str, opener: str = "    let quote = '\"';\n") -> str:
+    """`code` after a literal that puts a `"`-only scanner out of step, between `"/*"` and `"*/"` strings."""
+    return opener + '    let open = "/*";\n' + code + '    let close = "*/";\n'
+
+
+LEXER_HACKS: dict[str, tuple[str, str]] = {
+    "char_quote_hides_assume": (_hack(_around("    assume(false);\n") + "    0\n"), "assume"),
+    "raw_string_backslash_hides_admit": (
+        _hack(_around("    proof { admit(); }\n", '    let path = r"C:\\";\n') + "    0\n"),
+        "admit",
+    ),
+    "raw_string_with_a_quote_hides_assume": (
+        _hack(_around("    assume(x == 0);\n", '    let say = r#"say "hi"#;\n') + "    0\n"),
+        "assume",
+    ),
+    "byte_char_quote_hides_assume": (
+        _hack(_around("    assume(false);\n", "    let byte = b'\"';\n") + "    0\n"),
+        "assume",
+    ),
+    "escaped_quote_char_hides_external_helper": (
+        _hack(
+            "    oracle(x)\n",
+            'const Q: char = \'\\"\';\nconst O: &str = "/*";\n#[verifier::external_body]\n'
+            'fn oracle(x: u32) -> (r: u64)\n    ensures r == 2 * x\n{\n    0\n}\nconst C: &str = "*/";\n\n',
+        ),
+        "external",
+    ),
+}
+"""Escapes that a scanner out of step with rustc's lexer takes for a comment."""
+
+LEXER_HONEST: dict[str, str] = {
+    "char_quote_then_assume_in_a_string": _hack(
+        '    let quote = \'"\';\n    let note = "assume(false);";\n    (x as u64) * 2\n'
+    ),
+    "raw_strings_holding_escapes": _hack(
+        '    let a = r"C:\\";\n    let b = r#"assume(false); "admit()" /*"#;\n    (x as u64) * 2\n'
+    ),
+    "lifetimes_labels_and_nested_comments": _hack(
+        '    let s: &\'static str = "x";\n    /* outer /* assume(false); */ admit(); */\n'
+        "    'outer: loop { break 'outer; }\n    (x as u64) * 2\n"
+    ),
+    "char_escapes": _hack("    let a = '\\'';\n    let b = '\\u{1F600}';\n    // assume(false);\n    (x as u64) * 2\n"),
+    "byte_strings_holding_escapes": _hack('    let a = b"#[verifier::external_body]";\n    (x as u64) * 2\n'),
+}
+"""The same literals, with the escape where rustc too reads a string or a comment."""
+
+ESCAPE_HACKS: dict[str, tuple[str, str]] = {
+    "cfg_attr_external_body": (
+        _hack(
+            "    oracle(x)\n",
+            "#[cfg_attr(verus_keep_ghost, verifier::external_body)]\nfn oracle(x: u32) -> (r: u64)\n"
+            "    ensures r == 2 * x\n{\n    0\n}\n\n",
+        ),
+        "external",
+    ),
+    "inner_external_body": (_hack("    #![verifier::external_body]\n    0\n"), "external"),
+    "builtin_assume_underscore": (_hack("    builtin::assume_(false);\n    0\n"), "assume"),
+    "verus_internal_attribute": (
+        _hack("    0\n").replace("fn double(", "#[verus::internal(external_body)]\nfn double("),
+        "verus::internal",
+    ),
+    "extern_block_oracle": (
+        _hack("    unsafe_free(x)\n", 'extern "C" {\n    fn unsafe_free(x: u32) -> u64;\n}\n\n'),
+        "extern",
+    ),
+}
+"""Ways around Verus that the `#[verifier::...]`-after-`#[` patterns missed."""
+
+ESCAPE_HONEST: dict[str, str] = {
+    "loop_isolation_attribute": _hack("    (x as u64) * 2\n").replace(
+        "fn double(", "#[verifier::loop_isolation(false)]\nfn double("
+    ),
+    "inner_allow_attribute": _hack("    #![allow(unused_variables)]\n    (x as u64) * 2\n"),
+    "assume_named_helper_in_a_string": _hack('    let msg = "builtin::assume_(false)";\n    (x as u64) * 2\n'),
+    "extern_crate": "extern crate vstd;\n" + HONEST,
+    "spinoff_prover": _hack("    (x as u64) * 2\n").replace("fn double(", "#[verifier::spinoff_prover]\nfn double("),
+}
+"""Twins of ESCAPE_HACKS that trust nothing."""
+
+
+def test_round_three_suites_are_large_enough() -> None:
+    assert len(LEXER_HACKS) >= 5 and len(LEXER_HONEST) >= 5 and len(ESCAPE_HACKS) >= 5 and len(ESCAPE_HONEST) >= 5
+
+
+@pytest.mark.parametrize("name", sorted({**LEXER_HACKS, **ESCAPE_HACKS}))
+def test_static_rules_reject_each_round_three_hack(name: str) -> None:
+    code, word = {**LEXER_HACKS, **ESCAPE_HACKS}[name]
+    reason = static_check(VERUS, code, SPEC)
+    assert reason is not None and word in reason, reason
+
+
+@pytest.mark.parametrize("name", sorted({**LEXER_HONEST, **ESCAPE_HONEST}))
+def test_static_rules_let_each_round_three_twin_through(name: str) -> None:
+    assert static_check(VERUS, {**LEXER_HONEST, **ESCAPE_HONEST}[name], SPEC) is None
