@@ -1,0 +1,218 @@
+"""Property tests: the guard reads a program where Dafny reads it.
+
+Programs are made of pieces that trip scanners that are not Dafny's lexer (character literals such as `'"'`,
+strings with escapes, verbatim strings with `""`, backslashes and newlines, nested comments, identifiers with
+ticks), with an escape placed either as code or inside one of those literals or comments. Without the tool, the
+guard must find the escape exactly where the program was built to hold it as code; with the tool (`dafny`), Dafny's
+own verdict decides: an escape Dafny acted on is rejected, and one it read as text changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from veriloop.records import VerifyStatus
+from veriloop.verifiers import lexer
+from veriloop.verifiers.dafny import DafnyVerifier
+from veriloop.verifiers.guard import DAFNY, VERUS, dafny_scan, static_check
+
+FRAGMENTS = ["a", " ", "/", "*", "/*", "*/", "//", '"', "'", "\\", "{:", "}", "\n", "x'", "assume false;", "{:axiom}"]
+"""What literal and comment contents are made of: the characters scanners disagree on, and escapes to hide."""
+
+CHARS = ["'\"'", "'\\''", "'\\\\'", "'\\\"'", "'/'", "'*'", "'a'", "' '", "'{'", "'\\u0022'", "'\\n'"]
+"""Dafny character literals, the awkward ones first."""
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One line of a generated method body, and whether it holds the escape as code."""
+
+    text: str
+    escape_as_code: bool = False
+
+
+def _dafny_string(content: str) -> str:
+    escaped = content.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return '"' + escaped + '"'
+
+
+def _verbatim(content: str) -> str:
+    return '@"' + content.replace('"', '""') + '"'
+
+
+def _comment_text(content: str) -> str:
+    """Text that may sit inside a block comment without opening or closing one."""
+    text = content.replace("/*", "/ *").replace("*/", "* /")
+    return text.rstrip("/*") or "c"
+
+
+contents = st.lists(st.sampled_from(FRAGMENTS), max_size=6).map("".join)
+
+
+@st.composite
+def pieces(draw: st.DrawFn, index: int) -> Piece:
+    kind = draw(st.sampled_from(["char", "string", "verbatim", "line", "block", "nested", "tick"]))
+    text = draw(contents)
+    if kind == "char":
+        return Piece(f"var c{index} := {draw(st.sampled_from(CHARS))};")
+    if kind == "string":
+        return Piece(f"var s{index} := {_dafny_string(text)};")
+    if kind == "verbatim":
+        return Piece(f"var v{index} := {_verbatim(text)};")
+    if kind == "line":
+        return Piece("// " + text.replace("\n", " "))
+    if kind == "block":
+        return Piece("/* " + _comment_text(text) + " */")
+    if kind == "nested":
+        inner = _comment_text(draw(contents))
+        return Piece("/* " + _comment_text(text) + " /* " + inner + " */ " + _comment_text(text) + " */")
+    return Piece(f"var x'{index} := {index}; var a'b{index} := x'{index};")
+
+
+@st.composite
+def programs(draw: st.DrawFn) -> tuple[str, bool]:
+    """A method `ensures false` whose body is noise, with `assume false;` as code or hidden in a literal or comment;
+    and whether it is code."""
+    body = [draw(pieces(i)) for i in range(draw(st.integers(1, 6)))]
+    where = draw(st.integers(0, len(body)))
+    hide = draw(st.sampled_from(["code", "string", "verbatim", "line", "block"]))
+    escape = {
+        "code": Piece("assume false;", escape_as_code=True),
+        "string": Piece(f"var h := {_dafny_string('assume false;')};"),
+        "verbatim": Piece('var h := @"\nassume false;\n";'),
+        "line": Piece("// assume false;"),
+        "block": Piece("/*\nassume false;\n*/"),
+    }[hide]
+    body.insert(where, escape)
+    code = "method M()\n  ensures false\n{\n" + "".join("  " + p.text + "\n" for p in body) + "}\n"
+    return code, escape.escape_as_code
+
+
+@st.composite
+def declarations(draw: st.DrawFn) -> tuple[str, bool]:
+    """Top-level constants holding awkward literals around `lemma {:axiom} Ax() ensures false`, which is code or
+    held in a comment or verbatim string; a method uses it when it is code."""
+    noise = [
+        f"const K{i}: {kind} := {draw(value)}"
+        for i, (kind, value) in enumerate(
+            draw(
+                st.lists(
+                    st.sampled_from(
+                        [
+                            ("char", st.sampled_from(CHARS)),
+                            ("string", contents.map(_dafny_string)),
+                            ("string", contents.map(_verbatim)),
+                        ]
+                    ),
+                    min_size=1,
+                    max_size=4,
+                )
+            )
+        )
+    ]
+    hide = draw(st.sampled_from(["code", "block", "verbatim"]))
+    axiom = "lemma {:axiom} Ax()\n  ensures false"
+    escape = {"code": axiom, "block": "/* " + axiom + " */", "verbatim": f'const H: string := @"{axiom}"'}[hide]
+    noise.insert(draw(st.integers(0, len(noise))), escape)
+    use = "  Ax();\n" if hide == "code" else ""
+    code = "\n".join(noise) + "\n\nmethod M()\n  ensures false\n{\n" + use + "}\n"
+    return code, hide == "code"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs())
+def test_the_guard_finds_an_escape_exactly_where_it_is_code(case: tuple[str, bool]) -> None:
+    code, as_code = case
+    reading = lexer.dafny(code)
+    assert not reading.errors, code
+    assert len(reading.masked) == len(code) and reading.masked.count("\n") == code.count("\n")
+    assert ("assume statements are not allowed" in dafny_scan(code)) is as_code, code
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(declarations())
+def test_the_guard_finds_a_declaration_exactly_where_it_is_code(case: tuple[str, bool]) -> None:
+    code, as_code = case
+    assert ("{:axiom} is not allowed" in dafny_scan(code)) is as_code, code
+    assert any(c.name == "Ax" for c in DAFNY.contracts(code)) is as_code, code
+
+
+@st.composite
+def rust_programs(draw: st.DrawFn) -> tuple[str, bool]:
+    """A Verus body of awkward Rust literals (raw strings, byte strings, chars, lifetimes, nested comments) with
+    `assume(false);` as code or hidden in one of them."""
+    raw = draw(contents).replace('"#', '" #')
+    noise = [
+        "let a = '\"';",
+        "let b = b'\"';",
+        "let c = '\\'';",
+        'let d = r"C:\\";',
+        f'let e = r#"{raw}"#;',
+        f'let f = b"{draw(contents).replace(chr(92), "").replace(chr(34), "")}";',
+        'let g: &\'static str = "x";',
+        "/* a /* b */ c */",
+        "'outer: loop { break 'outer; }",
+    ]
+    body = draw(st.permutations(noise))[: draw(st.integers(1, len(noise)))]
+    hide = draw(st.sampled_from(["code", "raw", "nested", "line"]))
+    escape = {
+        "code": "assume(false);",
+        "raw": 'let h = r#"assume(false);"#;',
+        "nested": "/* /* */ assume(false); */",
+        "line": "// assume(false);",
+    }[hide]
+    body.insert(draw(st.integers(0, len(body))), escape)
+    return "fn f() {\n" + "".join("    " + line + "\n" for line in body) + "}\n", hide == "code"
+
+
+@settings(max_examples=200, deadline=None)
+@given(rust_programs())
+def test_the_verus_guard_finds_an_escape_exactly_where_it_is_code(case: tuple[str, bool]) -> None:
+    code, as_code = case
+    assert not lexer.rust(code).errors, code
+    assert (static_check(VERUS, code, None) == "assume statements are not allowed") is as_code, code
+
+
+# --------------------------------------------------------------------------- against the tool
+
+TOOL_EXAMPLES = 12
+"""Each example is one Dafny run (about a second): enough to meet every kind of piece, few enough for CI."""
+
+
+def _verdict(dafny: DafnyVerifier, code: str) -> VerifyStatus:
+    return asyncio.run(dafny.check(code)).status
+
+
+@pytest.mark.dafny
+@pytest.mark.slow
+@settings(max_examples=TOOL_EXAMPLES, deadline=None, derandomize=True, database=None)
+@given(case=programs())
+def test_dafny_and_the_guard_agree_on_hidden_statements(case: tuple[str, bool], dafny: DafnyVerifier) -> None:
+    code, _ = case
+    status = _verdict(dafny, code)
+    event(status.value)
+    assert status in (VerifyStatus.VERIFIED, VerifyStatus.FAILED), (status, code)
+    if status is VerifyStatus.VERIFIED:  # Dafny acted on an `assume false`
+        assert static_check(DAFNY, code, None) is not None, code
+    else:  # Dafny read every `assume false` as text: the guard must not see one
+        assert static_check(DAFNY, code, None) is None, code
+
+
+@pytest.mark.dafny
+@pytest.mark.slow
+@settings(max_examples=TOOL_EXAMPLES, deadline=None, derandomize=True, database=None)
+@given(case=declarations())
+def test_dafny_and_the_guard_agree_on_hidden_declarations(case: tuple[str, bool], dafny: DafnyVerifier) -> None:
+    code, _ = case
+    status = _verdict(dafny, code)
+    event(status.value)
+    assert status in (VerifyStatus.VERIFIED, VerifyStatus.FAILED), (status, code)
+    if status is VerifyStatus.VERIFIED:
+        assert static_check(DAFNY, code, None) is not None, code
+    else:
+        assert static_check(DAFNY, code, None) is None, code
