@@ -137,7 +137,7 @@ def _run_code(url: str, scripts: list[str], in_flight: int) -> tuple[float, list
     (as verl's reward workers are: a client in this process would take the server's interpreter lock).
 
     Returns the seconds, each script's SandboxFusion status (None: no answer), the 504s retried and the latencies."""
-    code = "import sys; from veriloop.bench.judge import _run_code_client; _run_code_client(sys.argv[1], int(sys.argv[2]))"
+    code = "import sys; from veriloop.bench.judge import _run_code_client as c; c(sys.argv[1], int(sys.argv[2]))"
     done = subprocess.run(
         [sys.executable, "-c", code, url, str(in_flight)],
         input=json.dumps(scripts),

@@ -247,7 +247,7 @@ async def get_reward(
     parsed = candidates_of(service, body)
     candidates = [c for c in parsed if isinstance(c, JudgeCandidate)]
     if not candidates:
-        return answer(list(parsed))
+        return answer([c for c in parsed if isinstance(c, str)])
     options = RewardOptions(mode=mode, security_weight=security_weight)
     token = token_of(request)
     account = admit(service, token, len(candidates))
