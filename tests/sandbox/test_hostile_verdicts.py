@@ -211,6 +211,28 @@ async def test_a_test_file_that_tests_nothing_passes_no_program(bwrap_warm: Any,
     assert_passed(twin_right)
 
 
+SWALLOWED = [
+    "def check(candidate):\n    try:\n        assert candidate(1, 2) == 3\n    except AssertionError:\n        pass\n",
+    "for a, b, want in [(1, 2, 3), (2, 2, 4)]:\n    try:\n        assert add(a, b) == want\n"
+    "    except:\n        pass\n",
+    "import contextlib\nwith contextlib.suppress(Exception):\n    assert add(1, 2) == 3, 'adds'\n",
+]
+
+
+@pytest.mark.parametrize("tests", SWALLOWED, ids=["except_assertion_error", "bare_except_in_a_loop", "suppress"])
+async def test_an_assert_the_test_catches_still_fails_it(bwrap_warm: Any, tests: str) -> None:
+    """A failed assert is evidence against the program even where the test file swallows its AssertionError."""
+    toolchain = bwrap_warm.toolchain
+    jobs = [
+        langs.python_tests_job(toolchain, code, tests, entry_point="add", limits=LIMITS)
+        for code in (WRONG_ADD, RIGHT_ADD)
+    ]
+    wrong, right = await _run_all(bwrap_warm, jobs)
+    assert_not_passed(wrong)
+    assert "AssertionError was caught" in wrong.tests[0].message, wrong
+    assert_passed(right)
+
+
 def test_the_refusal_names_the_missing_entry_point() -> None:
     with pytest.raises(harness_py.TestFileError, match=r"check\(candidate\) but never call it .*entry point"):
         harness_py.count_tests("METADATA = {}\n\n" + CHECK)

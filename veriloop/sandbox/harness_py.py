@@ -53,8 +53,9 @@ SMALL_INT = 1 << 53
 # --------------------------------------------------------------------------- the test file
 
 CHECK = "check"
-RAN = "_veriloop_ran"
-"""Called (in the judge) just before each assert of the test file runs: a test passes only when one of its ran."""
+RAN = "_veriloop_held"
+"""Wraps each assert's condition (in the judge): a test passes only when one of its asserts ran and none failed,
+even where the test itself caught the AssertionError."""
 EFFECT = "_veriloop_effect"
 """Wraps each call whose value the test drops (`f(xs)` as a statement): only there do in-place changes come back."""
 DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
@@ -76,6 +77,23 @@ def _outside_definitions(nodes: list[ast.stmt]) -> Any:
         yield node
         if not isinstance(node, DEFINITIONS):
             todo.extend(ast.iter_child_nodes(node))
+
+
+def _statements(block: list[ast.stmt], definitions: bool = True) -> Any:
+    """Every statement of `block` and of the blocks inside it (into function and class bodies when `definitions`),
+    without walking expressions: a test file's megabyte literals cost nothing here."""
+    todo = list(block)
+    while todo:
+        statement = todo.pop()
+        yield statement
+        if isinstance(statement, DEFINITIONS) and not definitions:
+            continue
+        for field in ("body", "orelse", "finalbody"):
+            inner = getattr(statement, field, None)
+            if isinstance(inner, list):
+                todo.extend(inner)
+        for part in [*getattr(statement, "handlers", ()), *getattr(statement, "cases", ())]:
+            todo.extend(part.body)
 
 
 def find_check(tree: ast.Module) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
@@ -113,7 +131,7 @@ def is_check_call(node: ast.stmt) -> bool:
 
 def _asserting_functions(tree: ast.Module) -> set[str]:
     """Names of the functions the test file defines that run an assert when called, directly or through another."""
-    functions = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)]
+    functions = [node for node in _statements(tree.body) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)]
     found: set[str] = set()
     while True:
         more = {
@@ -130,9 +148,10 @@ def _asserts(statement: ast.stmt, functions: set[str]) -> bool:
     """Whether running `statement` runs an assert: one of its own, or a call of a function of `functions`."""
     if isinstance(statement, DEFINITIONS):
         return False
-    return any(
-        isinstance(node, ast.Assert) or (isinstance(node, ast.Name) and node.id in functions)
-        for node in _outside_definitions([statement])
+    if any(isinstance(node, ast.Assert) for node in _statements([statement], definitions=False)):
+        return True
+    return bool(functions) and any(
+        isinstance(node, ast.Name) and node.id in functions for node in _outside_definitions([statement])
     )
 
 
@@ -183,7 +202,7 @@ def plan(tests: str, entry_point: str | None) -> Plan:
                     f"the tests' {CHECK} has a {type(part).__name__.lower()} on line {part.lineno}, which the judge "
                     f"cannot run as {CHECK}'s statements (as a generator or a coroutine it would run no assert)"
                 )
-    for part in ast.walk(tree):
+    for part in _statements(tree.body):
         if isinstance(part, ast.Assert) and isinstance(part.test, ast.Tuple) and part.test.elts:
             raise TestFileError(
                 f"the assert on line {part.lineno} tests a tuple, which is always true: `assert (x, message)` "
@@ -203,35 +222,38 @@ def count_tests(tests: str, entry_point: str | None = None) -> int:
     return len(plan(tests, entry_point).tests)
 
 
-class _Instrument(ast.NodeTransformer):
-    """The judge's additions to the trusted test code: a counter before each assert, and calls whose value is
-    dropped made through EFFECT (the test uses what they do to their arguments, not what they return)."""
+def _instrument(block: list[ast.stmt]) -> None:
+    """The judge's additions to the trusted test code, made in place: each assert's condition goes through RAN
+    (`assert RAN(cond), message`: evaluated once, as before, and counted), and calls whose value is dropped are made
+    through EFFECT (the test uses what they do to their arguments, not what they return). Only statement lists are
+    walked (asserts and expression statements live nowhere else): a test program's literals of megabytes stay fast."""
+    for statement in _statements(block):
+        if isinstance(statement, ast.Assert):
+            test = statement.test
+            statement.test = _located(ast.Call(_located(ast.Name(RAN, ast.Load()), test), [test], []), test)
+        elif isinstance(statement, ast.Expr):
+            value = statement.value
+            if isinstance(value, ast.ListComp | ast.SetComp):  # `[f(row) for row in m]`, its list dropped
+                value.elt = _effect_call(value.elt)
+            else:
+                statement.value = _effect_call(value)
 
-    def visit_Assert(self, node: ast.Assert) -> list[ast.stmt]:
-        self.generic_visit(node)
-        ran = ast.Expr(ast.Call(ast.Name(RAN, ast.Load()), [], []))
-        return [ast.copy_location(ran, node), node]
 
-    def visit_Expr(self, node: ast.Expr) -> ast.Expr:
-        self.generic_visit(node)
-        if isinstance(node.value, ast.ListComp | ast.SetComp):  # `[f(row) for row in m]`, its list dropped
-            node.value.elt = _effect_call(node.value.elt)
-        else:
-            node.value = _effect_call(node.value)
-        return node
+def _located(node: ast.expr, where: ast.expr) -> ast.expr:
+    return ast.copy_location(node, where)
 
 
 def _effect_call(value: ast.expr) -> ast.expr:
     if not isinstance(value, ast.Call):
         return value
-    wrapped = ast.Call(ast.Name(EFFECT, ast.Load()), [value.func, *value.args], value.keywords)
-    return ast.copy_location(wrapped, value)
+    wrapped = ast.Call(_located(ast.Name(EFFECT, ast.Load()), value.func), [value.func, *value.args], value.keywords)
+    return _located(wrapped, value)
 
 
 def instrument(statement: ast.stmt) -> ast.Module:
     """One statement of the test file as a module the judge runs, with RAN and EFFECT calls added."""
-    changed = _Instrument().visit(statement)
-    return ast.fix_missing_locations(ast.Module(changed if isinstance(changed, list) else [changed], []))
+    _instrument([statement])
+    return ast.Module([statement], [])
 
 
 def _bound_names(targets: list[ast.AST]) -> set[str]:
@@ -949,12 +971,16 @@ def _run_asserts(tests: str, entry_point: str | None, namespace: dict[str, Any],
         results.add({"no_tests": str(exc)})
         results.add({"complete": True})
         return 1
-    ran = [0]
+    ran, failed_asserts = [0], [0]
 
-    def asserted() -> None:
+    def held(condition: Any) -> bool:
+        """The assert's own truth test (one `bool()`, as `assert` makes), counted."""
         ran[0] += 1
+        verdict = bool(condition)
+        failed_asserts[0] += not verdict
+        return verdict
 
-    namespace[RAN] = asserted
+    namespace[RAN] = held
     namespace[EFFECT] = _effect
     lines = tests.splitlines()
     for node in steps.setup:
@@ -973,11 +999,14 @@ def _run_asserts(tests: str, entry_point: str | None, namespace: dict[str, Any],
             exec(code, namespace)
             continue
         name = f"test_{len(outcomes) + 1}:line{node.lineno}"
-        before = ran[0]
+        before, failed_before = ran[0], failed_asserts[0]
         try:
             exec(code, namespace)
             if ran[0] == before:  # no evidence: a loop over nothing, a branch not taken
                 outcomes.append({"name": name, "passed": False, "message": f"none of its asserts ran in {source}"})
+            elif failed_asserts[0] != failed_before:  # the test caught its own AssertionError
+                message = f"an assert failed (its AssertionError was caught) in {source}"
+                outcomes.append({"name": name, "passed": False, "message": message})
             else:
                 outcomes.append({"name": name, "passed": True, "message": ""})
         except CandidateGone as gone:
@@ -1041,7 +1070,7 @@ def _run_program(program: str, namespace: dict[str, Any], results: Results) -> i
             call = ast.Call(ast.Name(REFERENCE_GUARD, ast.Load()), [ast.Name(REFERENCE, ast.Load())], [])
             body.append(ast.copy_location(ast.Assign([ast.Name(REFERENCE, ast.Store())], call), node))
     tree.body = [statement for node in body for statement in instrument(node).body]
-    namespace[RAN] = lambda: None
+    namespace[RAN] = bool
     namespace[EFFECT] = _effect
     captured = io.StringIO()
     real = sys.stdout
