@@ -51,8 +51,9 @@ class LLMSettings(Section):
     backend: str = Field("embedded", description="Backend name: embedded, openai or vllm.")
     model: str = Field(
         "qwen2.5-coder-1.5b-instruct",
-        description="Model: a bundled name (`veriloop models`: qwen2.5-coder-1.5b-instruct, qwen2.5-coder-0.5b-instruct,"
-        " smollm2-135m-instruct), a Hugging Face model folder, checkpoint:ID, or a server model name.",
+        description="Model: a bundled name (`veriloop models`: qwen2.5-coder-1.5b-instruct,"
+        " qwen2.5-coder-0.5b-instruct, smollm2-135m-instruct), a Hugging Face model folder, checkpoint:ID,"
+        " or a server model name.",
     )
     torch_threads: int = Field(1, ge=1, le=256, description="Torch intra-op threads; 1 is fastest on shared cores.")
     max_batch_size: int = Field(8, ge=1, le=256, description="Rows decoded together by the continuous batcher.")

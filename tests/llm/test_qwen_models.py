@@ -15,7 +15,7 @@ import hashlib
 import json
 import re
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -137,10 +137,11 @@ def with_llm(settings: Settings, **changes: object) -> Settings:
 
 
 @pytest.fixture(scope="module")
-async def exact_qwen(qwen_settings: Settings) -> AsyncIterator[EmbeddedBackend]:
+def exact_qwen(qwen_settings: Settings) -> Iterator[EmbeddedBackend]:
+    """float32 weight copies: the path whose greedy tokens equal transformers' bit for bit."""
     backend = EmbeddedBackend.from_settings(with_llm(qwen_settings, linear_weights="float32"))
     yield backend
-    await backend.aclose()
+    backend.close()
 
 
 def reference(backend: EmbeddedBackend, ids: list[int], max_tokens: int) -> tuple[list[int], bool]:
@@ -183,10 +184,10 @@ async def test_greedy_answers_equal_transformers_through_the_chat_template(exact
     text = exact_qwen.render_chat(user("hi"))
     assert "<|im_start|>user\nhi<|im_end|>" in text and text.endswith("<|im_start|>assistant\n")
     assert exact_qwen.tokenizer.eos_token == "<|im_end|>"
-    params = SamplingParams(max_tokens=48)
+    params = SamplingParams(max_tokens=32)
     results = await asyncio.gather(*(exact_qwen.generate([user(prompt)], params) for prompt in PROMPTS))
     for prompt, [[completion]] in zip(PROMPTS, results, strict=True):
-        expected, stopped = reference(exact_qwen, exact_qwen.encode(user(prompt)), 48)
+        expected, stopped = reference(exact_qwen, exact_qwen.encode(user(prompt)), 32)
         assert completion.token_ids == expected, prompt
         assert completion.finish_reason == ("stop" if stopped else "length")
         assert "<|im_end|>" not in completion.text
@@ -205,12 +206,10 @@ async def test_constrained_decoding_holds_on_the_qwen_vocabulary(exact_qwen: Emb
 
 @pytest.mark.slow
 @pytest.mark.model(QWEN)
-@pytest.mark.parametrize("weights", ["float16", "auto"])
-async def test_low_precision_weight_copies_give_transformers_answers_on_short_replies(
-    qwen_settings: Settings, weights: str
-) -> None:
-    """fp16/bf16 copies round differently from fp32: the first tokens agree, and the answers stay correct."""
-    backend = EmbeddedBackend.from_settings(with_llm(qwen_settings, linear_weights=weights))
+async def test_low_precision_weight_copies_give_transformers_answers_on_short_replies(qwen_settings: Settings) -> None:
+    """The default copies (bf16 where the CPU has bf16 dot products, else fp16) round differently from fp32:
+    the first tokens agree and the answer stays right; bit equality is not promised on this path."""
+    backend = EmbeddedBackend.from_settings(with_llm(qwen_settings, linear_weights="auto"))
     try:
         [[completion]] = await backend.generate([user(PROMPTS[1])], SamplingParams(max_tokens=8))
         expected, _ = reference(backend, backend.encode(user(PROMPTS[1])), 8)

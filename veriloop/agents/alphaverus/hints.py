@@ -154,7 +154,8 @@ def hint_grammar(program: str, slots: Sequence[Slot]) -> Constraint:
     """A Lark grammar for one hint block per slot: 2-3 invariants and an optional decreases clause each.
 
     Each annotation kind has its own shape: an invariant is a boolean formula (comparisons of integer terms,
-    the program's boolean names; products and quotients chain, as in `n * (n + 1) / 2`) or one `forall` over a range of a fresh bound variable whose body reads the
+    the program's boolean names; products and quotients chain, as in `n * (n + 1) / 2`) or one `forall` over a
+    range of a fresh bound variable whose body reads the
     collections at that variable (a body that never mentions it has no trigger and says nothing); the bound
     variable exists only inside its `forall`. A `decreases` clause is an integer term without indexing (a sum of
     names, numbers, lengths), the kind of measure Dafny can check and never an out-of-range read."""
