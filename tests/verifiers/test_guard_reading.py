@@ -10,16 +10,18 @@ own verdict decides: an escape Dafny acted on is rejected, and one it read as te
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import re
 from dataclasses import dataclass
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from veriloop.records import VerifyStatus
+from veriloop.records import Candidate, Task, VerifyResult, VerifyStatus
 from veriloop.verifiers import lexer
 from veriloop.verifiers.dafny import DafnyVerifier
-from veriloop.verifiers.guard import DAFNY, VERUS, dafny_scan, static_check
+from veriloop.verifiers.guard import DAFNY, VERUS, GuardedVerifier, dafny_scan, static_check
 
 FRAGMENTS = ["a", " ", "/", "*", "/*", "*/", "//", '"', "'", "\\", "{:", "}", "\n", "x'", "assume false;", "{:axiom}"]
 """What literal and comment contents are made of: the characters scanners disagree on, and escapes to hide."""
@@ -216,3 +218,79 @@ def test_dafny_and_the_guard_agree_on_hidden_declarations(case: tuple[str, bool]
         assert static_check(DAFNY, code, None) is not None, code
     else:
         assert static_check(DAFNY, code, None) is None, code
+
+
+# --------------------------------------------------------------------------- the tool's own reading, after `verified`
+
+
+def _line_comment_blind(code: str) -> str:
+    """A lexer with a classic bug: it opens a block comment at a `/*` inside a line comment (Dafny does not)."""
+    out = lexer.dafny(re.sub(r"/\*.*?\*/", lambda m: re.sub(r"[^\n]", " ", m.group()), code, flags=re.S)).masked
+    return out
+
+
+BLIND = dataclasses.replace(DAFNY, strip=_line_comment_blind, scan=lambda code: dafny_scan(_line_comment_blind(code)))
+"""The Dafny dialect with that bug in its reading (a stand-in for any way a lexer can differ from the tool's)."""
+
+LINE_COMMENT_HACK = "method M()\n  ensures false\n{\n  // see /*\n  assume false;\n  // */\n}\n"
+
+
+class Printing:
+    """A verifier that verifies anything and prints back a given reading of the program."""
+
+    name = "dafny"
+
+    def __init__(self, printed: str | None) -> None:
+        self.printed = printed
+
+    async def version(self) -> str:
+        return "recorded"
+
+    def options(self) -> dict[str, object]:
+        return {}
+
+    async def verify(self, candidate: Candidate, task: Task) -> VerifyResult:
+        return await self.check(candidate.code)
+
+    async def check(self, code: str) -> VerifyResult:
+        return VerifyResult(status=VerifyStatus.VERIFIED, tool="dafny", version="recorded", verified=1)
+
+    async def parsed(self, code: str) -> str | None:
+        return self.printed
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _task(spec: str | None = None) -> Task:
+    return Task(id="t", suite="reading", prompt="", language="dafny", spec=spec)
+
+
+async def test_an_escape_in_the_tools_reading_is_rejected() -> None:
+    assert static_check(BLIND, LINE_COMMENT_HACK, None) is None  # the buggy reading misses it
+    printed = "method M()\n  ensures false\n{\n  assume false;\n}\n"
+    guarded = GuardedVerifier(Printing(printed), BLIND)
+    result = await guarded.verify(Candidate(task_id="t", code=LINE_COMMENT_HACK), _task())
+    assert result.status is VerifyStatus.REJECTED and "own reading" in (result.reason or "")
+    assert "assume" in (result.reason or "")
+
+
+async def test_a_bodiless_declaration_in_the_tools_reading_is_rejected() -> None:
+    printed = "lemma L()\n  ensures false\n\nmethod M()\n  ensures false\n{\n  L();\n}\n"
+    result = await GuardedVerifier(Printing(printed), DAFNY).verify(Candidate(task_id="t", code=printed), _task())
+    assert result.status is VerifyStatus.REJECTED and "no body" in (result.reason or "")
+
+
+async def test_a_clean_reading_changes_nothing() -> None:
+    code = "method M(x: int) returns (y: int)\n  ensures y == x\n{\n  y := x;\n}\n"
+    for printed in (code, None):  # (the probes, which this double would fail, come after)
+        assert await GuardedVerifier(Printing(printed), DAFNY)._reading(code, None) is None
+
+
+@pytest.mark.dafny
+async def test_dafnys_own_reading_catches_what_a_buggy_lexer_misses(dafny: DafnyVerifier) -> None:
+    """Dafny's `/dprint` drops comments, so the buggy reading of a line comment no longer matters."""
+    printed = await dafny.parsed(LINE_COMMENT_HACK)
+    assert printed is not None and "assume false" in printed and "//" not in printed.split("\n", 3)[-1]
+    result = await GuardedVerifier(dafny, BLIND).verify(Candidate(task_id="t", code=LINE_COMMENT_HACK), _task())
+    assert result.status is VerifyStatus.REJECTED and "own reading" in (result.reason or ""), result.reason

@@ -1,17 +1,24 @@
 """The spec guard: a candidate that verifies by weakening or dodging its task's specification is `rejected`.
 
+Programs are read as the tool reads them: Dafny and Verus text by the tools' own token rules (`lexer`: comments,
+nested comments, strings, verbatim and raw strings, character literals), Nagini's Python by Python's parser.
+
 Rules, cheapest first:
-1. forbidden escapes (Dafny `assume`, `{:axiom}`, `{:verify false}`, bodiless methods, `decreases *`; Nagini
-   `Assume`; Verus `assume`, `admit`, `external_body`/`external`) and trivial postconditions (`ensures true`);
+1. forbidden escapes (Dafny `assume`, every attribute not known to be harmless (`{:axiom}`, `{:verify false}`,
+   `{:inline 1}`, ...), bodiless declarations of any kind, a `*` in a `decreases` clause; Nagini `Assume` however it
+   is reached; Verus `assume`, `admit`, `external_body`/`external` however the attribute is written) and trivial
+   postconditions (`ensures true`);
 2. the task's requires/ensures must be present unchanged (tokens compared, so white space and comments do
    not count); where they differ, Z3 decides whether the candidate's precondition is no stronger and its
    postcondition no weaker (a spec that differs only in form passes, a weakened one is rejected);
 3. Z3 triviality: an unsatisfiable precondition, or a postcondition implied by the precondition alone;
-4. after the tool verified the candidate, triviality probes (AlphaVerus): `assert false` at the start of each
-   body (still verifies: the precondition is vacuous), each body replaced by an empty one (still verifies: any
-   body satisfies the postcondition), and `assert false` at the end of bodies with loops (still verifies: the
-   end is unreachable, e.g. a loop that never exits); and a declaration the spec leaves bodiless may stay so only
-   where the spec alone does not verify (a signature with a contract asks for the body).
+4. after the tool verified the candidate, the tool's own reading where it can print one (Dafny's `/dprint`): the
+   escapes and bodiless declarations of the program as the tool parsed it; then triviality probes (AlphaVerus):
+   `assert false` at the start of each body (still verifies: the precondition is vacuous), each body replaced by
+   an empty one (still verifies: any body satisfies the postcondition), and `assert false` at the end of bodies
+   with loops (still verifies: the end is unreachable, e.g. a loop that never exits); and a declaration the spec
+   leaves bodiless may stay so only where the spec alone does not verify (a signature with a contract asks for
+   the body).
 """
 
 from __future__ import annotations
@@ -165,8 +172,8 @@ def _functions(dialect: Dialect, code: str | None) -> dict[str, str]:
     return found
 
 
-def static_check(dialect: Dialect, code: str, spec: str | None) -> str | None:
-    """The reason to reject `code` without running the tool, or None."""
+def escape_check(dialect: Dialect, code: str, spec: str | None) -> str | None:
+    """The first escape in `code` (patterns, then token scans) that the spec does not itself use, or None."""
     stripped = dialect.strip(code)
     allowed = dialect.strip(spec) if spec else ""
     for pattern, escape in dialect.escapes:
@@ -177,6 +184,24 @@ def static_check(dialect: Dialect, code: str, spec: str | None) -> str | None:
         for escape in dialect.scan(code):
             if escape not in spec_has:
                 return escape
+    return None
+
+
+def bodiless_reason(dialect: Dialect, listed: list[Contract], spec_listed: list[Contract]) -> str | None:
+    """A declaration without a body that is neither the spec's own bodiless one nor allowed to lack one."""
+    for contract in listed:  # every declaration, also those that share a name (methods of two classes)
+        wanted = counterpart(spec_listed, contract)
+        bodiless_in_spec = wanted is not None and wanted.body is None and wanted.kind == contract.kind
+        if contract.body is None and not bodiless_in_spec and not dialect.bodiless_ok(contract):
+            return f"{contract.kind} {contract.name} has no body"
+    return None
+
+
+def static_check(dialect: Dialect, code: str, spec: str | None) -> str | None:
+    """The reason to reject `code` without running the tool, or None."""
+    escape = escape_check(dialect, code, spec)
+    if escape:
+        return escape
     trust = dialect.trust(code) if dialect.trust is not None else None
     if trust:
         return trust
@@ -185,14 +210,13 @@ def static_check(dialect: Dialect, code: str, spec: str | None) -> str | None:
         spec_listed = dialect.contracts(spec) if spec else []
     except SyntaxError as exc:
         return None if not spec else _spec_unreadable(exc)
-    for contract in listed:  # every declaration, also those that share a name (methods of two classes)
+    for contract in listed:
         for clause in contract.ensures:
             if _trivial_text(clause, contract.language):
                 return f"trivial postcondition in {contract.name}: ensures {clause.strip()}"
-        wanted = counterpart(spec_listed, contract)
-        bodiless_in_spec = wanted is not None and wanted.body is None and wanted.kind == contract.kind
-        if contract.body is None and not bodiless_in_spec and not dialect.bodiless_ok(contract):
-            return f"{contract.kind} {contract.name} has no body"
+    bodiless = bodiless_reason(dialect, listed, spec_listed)
+    if bodiless:
+        return bodiless
     for wanted in {c.qualname: c for c in spec_listed}.values():
         if not (wanted.requires or wanted.ensures):
             continue
@@ -501,6 +525,24 @@ async def bodiless_check(dialect: Dialect, code: str, spec: str | None, check: C
     return f"{first.kind} {first.name} has no body (the specification verifies as it stands: it asks for one)"
 
 
+# --------------------------------------------------------------------------- the tool's own reading
+
+
+def reading_check(dialect: Dialect, printed: str, spec: str | None) -> str | None:
+    """The reason to reject a verified candidate whose program, as the tool's own parser printed it back (comments
+    gone, declarations and attributes as parsed), holds an escape or a bodiless declaration, or None.
+
+    The static rules read the candidate with a lexer written to match the tool's; this reads what the tool itself
+    parsed, so a program the lexer reads otherwise than the tool still cannot pass."""
+    reason = escape_check(dialect, printed, spec)
+    if reason is None:
+        try:
+            reason = bodiless_reason(dialect, dialect.contracts(printed), dialect.contracts(spec) if spec else [])
+        except SyntaxError:
+            return None
+    return f"in the verifier's own reading of the program: {reason}" if reason else None
+
+
 # --------------------------------------------------------------------------- the tool's own warnings
 
 
@@ -760,7 +802,7 @@ class GuardedVerifier:
 
     def options(self) -> dict[str, Any]:
         options: dict[str, Any] = self.inner.options()
-        return {**options, "guard": 1}
+        return {**options, "guard": 2}
 
     async def verify(self, candidate: Candidate, task: Task) -> VerifyResult:
         spec = task.spec
@@ -773,6 +815,7 @@ class GuardedVerifier:
         if result.status is not VerifyStatus.VERIFIED:
             return result
         reason = trusted_warning(self.dialect, result)
+        reason = reason or await self._reading(candidate.code, spec)
         if reason:
             return result.model_copy(update={"status": VerifyStatus.REJECTED, "reason": reason, "score": -1.0})
         reason = await probe_check(self.dialect, candidate.code, spec, self.inner.check)
@@ -780,6 +823,14 @@ class GuardedVerifier:
         if reason:
             return result.model_copy(update={"status": VerifyStatus.REJECTED, "reason": reason, "score": -1.0})
         return result
+
+    async def _reading(self, code: str, spec: str | None) -> str | None:
+        """The escapes in the program as the tool parsed it, where the tool can print its reading (Dafny)."""
+        parsed = getattr(self.inner, "parsed", None)
+        if parsed is None:
+            return None
+        printed: str | None = await parsed(code)
+        return reading_check(self.dialect, printed, spec) if printed else None
 
     async def aclose(self) -> None:
         await self.inner.aclose()
