@@ -35,7 +35,11 @@ def test_humaneval_public_test_is_the_first_assert_only() -> None:
     for task in load_suite("humaneval", load_settings()).tasks:
         assert task.public_tests is not None and task.public_tests.rstrip().endswith(f"check({task.entry_point})")
         public = count_tests(task.public_tests, task.entry_point)
-        assert public <= 1 and public <= count_tests(task.tests, task.entry_point), task.id
+        assert 1 <= public <= count_tests(task.tests, task.entry_point), task.id
+        body = task.public_tests.split("def check(candidate):", 1)[1].rsplit("check(", 1)[0]
+        assert "candidate" in body, task.id  # the public test asserts something of the program
+    placeholder = load_suite("humaneval", load_settings()).select(ids=["HumanEval/66"]).tasks[0]
+    assert 'assert candidate("") == 0' in (placeholder.public_tests or "")  # not cut at its `assert True`
     task = load_suite("humaneval", load_settings()).select(ids=["HumanEval/2"]).tasks[0]
     assert "assert candidate(3.5) == 0.5" in (task.public_tests or "")
     assert "1.33" not in (task.public_tests or "") and "1.33" in task.tests

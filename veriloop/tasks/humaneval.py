@@ -26,13 +26,23 @@ TRAIN_SPLIT = range(82, 164)
 
 
 def public_check(test: str, entry_point: str) -> str:
-    """The test file cut after the first statement of `check` that asserts something, then the call."""
+    """The test file cut after the first statement of `check` that asserts something of `candidate`, then the call.
+
+    Twelve problems open `check` with `assert True` (a placeholder): cut there, the public test would test nothing,
+    which the judge refuses as no evidence."""
     tree = ast.parse(test)
     lines = test.splitlines()
     cut = len(lines)
+
+    def tests_candidate(stmt: ast.stmt) -> bool:
+        nodes = list(ast.walk(stmt))
+        return any(isinstance(sub, ast.Assert) for sub in nodes) and any(
+            isinstance(sub, ast.Name) and sub.id == "candidate" for sub in nodes
+        )
+
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name == "check":
-            asserting = [stmt for stmt in node.body if any(isinstance(sub, ast.Assert) for sub in ast.walk(stmt))]
+            asserting = [stmt for stmt in node.body if tests_candidate(stmt)]
             if asserting:
                 cut = asserting[0].end_lineno or asserting[0].lineno
             break
