@@ -30,6 +30,10 @@ class UnknownNameError(ConfigError):
         super().__init__(f"unknown {kind} {name!r}; choose one of: {options}")
 
 
+class UnavailableError(ConfigError):
+    """Something the request needs exists but cannot be had here now (data neither cached nor fetchable)."""
+
+
 class NotFoundError(VeriloopError):
     """A referenced object (run, node, model, file) does not exist."""
 

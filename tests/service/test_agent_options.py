@@ -12,11 +12,15 @@ from veriloop.testing import ScriptedBackend
 
 def test_the_run_schema_lists_every_methods_options_with_bounds_and_choices() -> None:
     app = create_app(load_settings(llm={"backend": "scripted", "model": "scripted"}), backend=ScriptedBackend())
-    options = app.openapi()["components"]["schemas"]["RunCreate"]["properties"]["options"]
-    by_title = {schema["title"]: schema for schema in options["anyOf"]}
-    assert set(by_title) == {f"{agent} options" for agent in AGENTS}
-    mucode = by_title["mucode options"]
-    assert mucode["additionalProperties"] is False and set(mucode["properties"]) == set(MuCodeOptions.model_fields)
+    run = app.openapi()["components"]["schemas"]["RunCreate"]
+    assert run["properties"]["agent"]["enum"] == sorted(AGENTS)
+    by_agent = {case["properties"]["agent"]["const"]: case["properties"]["options"] for case in run["oneOf"]}
+    assert set(by_agent) == set(AGENTS)  # each agent's options, and only its own
+    assert {agent: options["title"] for agent, options in by_agent.items()} == {a: f"{a} options" for a in AGENTS}
+    mucode = by_agent["mucode"]
+    assert mucode["additionalProperties"] is False
+    assert set(mucode["properties"]) == set(MuCodeOptions.model_fields) | {"n", "select"}  # + the old names
+    assert mucode["properties"]["n"]["deprecated"] and mucode["properties"]["select"]["deprecated"]
     turns = MuCodeOptions.model_fields["turns"]
     assert mucode["properties"]["turns"]["description"] == turns.description
     assert mucode["properties"]["selection"]["enum"] == ["pt", "lv", "pt+lv", "random"]

@@ -146,8 +146,11 @@ def test_bad_input_gets_a_clear_4xx_and_changes_nothing(idle_client: TestClient,
     cases = [
         ({"agent": "nosuch", "suite": "humaneval"}, 400, "nosuch"),
         ({"agent": "direct", "suite": "humaneval", "options": {"turns": 3}}, 400, "bad options for agent 'direct'"),
-        ({"agent": "direct", "suite": "nosuch"}, 400, "nosuch"),
+        ({"agent": "direct", "suite": "nosuch"}, 404, "nosuch"),  # a name, like a run id: schema-valid, not found
+        ({"agent": "direct", "suite": "humaneval", "task_ids": ["HumanEval/nosuch"]}, 404, "HumanEval/nosuch"),
         ({"agent": "direct", "suite": "humaneval", "limit": 0}, 400, "limit"),
+        ({"agent": "direct", "suite": "humaneval", "limit": "3"}, 400, "limit"),  # JSON types, as the schema says
+        ({"agent": "direct", "suite": "humaneval", "options": {"concurrency": "2"}}, 400, "concurrency"),
         ({"agent": "direct", "suite": "humaneval", "colour": "red"}, 400, "colour"),
         ({"suite": "humaneval"}, 400, "agent"),
     ]

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic.config import JsonDict
 
 from veriloop.config import Settings
 from veriloop.errors import ConfigError, VeriloopError
@@ -40,6 +41,7 @@ from veriloop.sandbox import Limits, Sandbox, StdioCase, default_limits, get_san
 from veriloop.sandbox import languages as langs
 from veriloop.search.score import alphaverus_score
 from veriloop.search.security import Finding, Severity, counted, scan_python
+from veriloop.tasks.base import SUITE_NAME
 from veriloop.verifiers.target import VerifierChoice, formal_verifiers, proof_verifier
 
 MAX_CODE = 200_000
@@ -77,8 +79,8 @@ Tests = Annotated[
     Discriminator(_tests_kind),
 ]
 """A test program (assert tests or a harness) or 1 to 1000 stdin/stdout cases."""
-NULL = {"type": "null"}
-ONE_JUDGE = {
+NULL: JsonDict = {"type": "null"}
+ONE_JUDGE: JsonDict = {
     "oneOf": [
         {
             "required": ["tests"],
@@ -109,7 +111,12 @@ class JudgeCandidate(Strict):
     spec: str | None = Field(None, max_length=MAX_CODE, description="Formal specification the candidate must keep.")
     verifier: VerifierChoice = Field(None, description="Formal verifier for `spec` (dafny, nagini, verus, ...).")
     task_id: str | None = Field(None, max_length=200, description="A task of a registered suite.")
-    suite: str | None = Field(None, max_length=100, description="Suite of `task_id` (inferred for HumanEval/MBPP).")
+    suite: str | None = Field(
+        None,
+        max_length=100,
+        pattern=SUITE_NAME,
+        description="Suite of `task_id` (inferred for HumanEval/MBPP); no `hf:` dataset or `module:attr` path.",
+    )
     entry_point: str | None = Field(None, max_length=200, description="Function the Python tests call.")
     prompt: str | None = Field(None, max_length=MAX_CODE, description="What the model was asked (kept with store).")
     limits: JudgeLimits | None = None

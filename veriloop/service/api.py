@@ -18,14 +18,15 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, BackgroundTasks, Depends, Query, Request
 from fastapi.responses import FileResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from veriloop.agents.base import AGENTS
 from veriloop.agents.runner import create_run
 from veriloop.config import LLMSettings, Settings
 from veriloop.errors import NotFoundError, VeriloopError
 from veriloop.records import Attempt, ExecResult, Node, RegisteredModel, Run, RunStatus, VerifyResult, new_id
-from veriloop.service.agent_options import document_options, options_schemas
+from veriloop.service.agent_options import AgentName, document_options, options_schemas, validate_options
+from veriloop.service.contract import JSONRoute
 from veriloop.service.deps import settings_of, store_of
 from veriloop.service.http_errors import APIError, error_responses, sse_event_schema
 from veriloop.service.views import RunOverview, RunPage, TaskRow, overview, progress_total, run_row, task_rows
@@ -34,8 +35,11 @@ from veriloop.store.exports import EXPORT_FORMATS, EXPORT_KINDS, ExportFilter, E
 from veriloop.store.figures import RunComparison, compare_runs, full_summary
 from veriloop.store.jobs import Job, JobQueue, JobStatus
 from veriloop.tasks import SUITES
+from veriloop.tasks.base import TRANSLATIONS
+from veriloop.verifiers.base import VERIFIERS
+from veriloop.verifiers.target import verifier_target
 
-router = APIRouter(tags=["runs"])
+router = APIRouter(tags=["runs"], route_class=JSONRoute)
 
 StoreDep = Annotated[TrajectoryStore, Depends(store_of)]
 SettingsDep = Annotated[Settings, Depends(settings_of)]
@@ -63,19 +67,36 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class RunCreate(Strict):
+class RequestBody(BaseModel):
+    """A request body: strict JSON types (no `"3"` for 3), no field the schema does not list."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class RunCreate(RequestBody):
     """A run to queue: which agent, on which suite slice, with which model and options."""
 
-    agent: str = Field(description="Agent (method) name, e.g. direct, mucode, alphaverus, f2strans, revise.")
-    suite: str = Field("humaneval", description="Task suite name.")
+    model_config = ConfigDict(json_schema_extra=document_options)
+
+    agent: AgentName = Field(description="Agent (method) name, e.g. direct, mucode, alphaverus, f2strans, revise.")
+    suite: str = Field(
+        "humaneval",
+        description="Task suite: a registered name (`GET /api/catalogue`) or `alphaverus-dafny2<verifier>`; any other "
+        "name is a 404 (task files and datasets run with `veriloop run --suite`, not over the API).",
+    )
     model: str | None = Field(None, description="Model for the run; None = the server's configured model.")
     options: dict[str, Any] = Field(
         default_factory=dict,
-        description="The agent's options (validated by it): one of the schemas below, the one of `agent`.",
-        json_schema_extra=document_options,
+        description="The agent's options (validated by it): the schema of `agent`'s, one of the alternatives below.",
     )
     limit: int | None = Field(None, ge=1, description="Only the first N tasks of the suite.")
-    task_ids: list[str] = Field(default_factory=list, description="Only these task ids.")
+    task_ids: list[str] = Field(default_factory=list, description="Only these task ids (a missing one is a 404).")
+
+    @field_validator("options")
+    @classmethod
+    def _agent_options(cls, options: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        agent = info.data.get("agent")
+        return validate_options(agent, options) if agent is not None else options
 
 
 class RunWithJob(Strict):
@@ -109,7 +130,7 @@ Pairing = Literal["siblings", "best_worst"]
 DEFAULT_PAIRING: tuple[Pairing, ...] = ("siblings", "best_worst")
 
 
-class ExportCreate(Strict):
+class ExportCreate(RequestBody):
     kind: Literal["sft", "preference", "verifier", "prm", "trees"]
     format: Literal["jsonl", "parquet", "hf"] = "jsonl"
     run_ids: list[str] = Field(min_length=1, description="Runs to read (ids or unique prefixes).")
@@ -162,9 +183,24 @@ def list_runs(
     return RunList(runs=[run_row(store, run) for run in runs])
 
 
-@router.post("/runs", status_code=201)
+def served_suite(name: str) -> bool:
+    """Whether the API runs the suite `name`: a registered one, or the Dafny sources to translate for a registered
+    verifier with a language of its own. Never a task file or dataset (the server's files are not the client's to
+    name), nor the registry's `module:attr` import path."""
+    if name in SUITES:
+        return True
+    target = name.removeprefix(TRANSLATIONS)
+    return name.startswith(TRANSLATIONS) and target in VERIFIERS and verifier_target(target).language is not None
+
+
+@router.post("/runs", status_code=201, responses=error_responses(404, 503))
 def create_run_route(body: RunCreate, store: StoreDep, settings: SettingsDep) -> RunWithJob:
     """Validate and store a run, then queue it for a worker."""
+    if not served_suite(body.suite):
+        raise NotFoundError(
+            f"no suite {body.suite!r} here: the API runs {', '.join(sorted(SUITES))} and alphaverus-dafny2<verifier> "
+            "(task files and datasets: `veriloop run --suite`)"
+        )
     run_settings = settings
     if body.model and body.model != settings.llm.model:
         llm = LLMSettings.model_validate({**settings.llm.model_dump(), "model": body.model})

@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
-from veriloop.errors import BackendError, ConfigError, NotFoundError, VeriloopError
+from veriloop.errors import BackendError, ConfigError, NotFoundError, UnavailableError, VeriloopError
 from veriloop.service.openai_schema import ErrorBody, ErrorResponse
 
 logger = logging.getLogger(__name__)
@@ -33,6 +33,7 @@ ERROR_DESCRIPTIONS = {
     409: "The resource is in a state that does not allow this (a run that already ended, an unfinished export).",
     500: "The server failed; the message names the error.",
     502: "The model backend failed or could not be reached.",
+    503: "A valid request this server cannot serve now: data it needs is neither cached nor fetchable (offline).",
 }
 ERROR_SCHEMA_REF = "#/components/schemas/ErrorResponse"
 # Paths that never ask for the token (auth.OPEN_PATHS; that module imports this one).
@@ -91,6 +92,11 @@ def _validation_message(errors: Sequence[Mapping[str, Any]]) -> tuple[str, str |
     loc = [str(part) for part in first.get("loc", ()) if part not in ("body", "query", "path")]
     param = ".".join(loc) or None
     message = str(first.get("msg", "invalid request"))
+    error = (first.get("ctx") or {}).get("error")
+    if first.get("type") == "value_error" and error is not None:
+        message = str(error)  # a validator's own words, without pydantic's "Value error, "
+    elif first.get("type") in ("literal_error", "enum") and isinstance(first.get("input"), str | int | float | bool):
+        message = f"{message}, not {first['input']!r}"
     return (f"{param}: {message}" if param else message), param
 
 
@@ -139,6 +145,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(VeriloopError)
     async def _veriloop_error(request: Request, exc: VeriloopError) -> JSONResponse:
+        if isinstance(exc, UnavailableError):  # a valid request this server cannot serve now (offline data)
+            return error_response(503, str(exc), "server_error", code="unavailable")
         if isinstance(exc, ConfigError):
             return error_response(400, str(exc), "invalid_request_error")
         if isinstance(exc, NotFoundError):

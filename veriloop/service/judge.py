@@ -35,12 +35,13 @@ from veriloop.errors import NotFoundError
 from veriloop.records import Attempt, Completion, Node, Run, RunStatus, new_id
 from veriloop.records import Message as ChatMessage
 from veriloop.search.judge import Judge, JudgeCandidate, RewardOptions, Verdict
+from veriloop.service.contract import JSONRoute, as_json
 from veriloop.service.deps import app_store, settings_of
 from veriloop.service.http_errors import APIError, error_response
 from veriloop.service.openai_schema import ErrorResponse
 
 PATH = "/api/judge"
-router = APIRouter(tags=["judge"])
+router = APIRouter(tags=["judge"], route_class=JSONRoute)
 SettingsDep = Annotated[Settings, Depends(settings_of)]
 
 
@@ -71,11 +72,15 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class JudgeRequest(Strict):
+class JudgeRequest(BaseModel):
     """A batch of candidates and how their verdicts become rewards."""
 
-    candidates: list[JudgeCandidate] = Field(min_length=1, description="Judged in order; one verdict each.")
-    reward: RewardOptions = Field(default_factory=RewardOptions)
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    candidates: Annotated[list[JudgeCandidate], as_json(list[JudgeCandidate])] = Field(
+        min_length=1, description="Judged in order; one verdict each."
+    )
+    reward: Annotated[RewardOptions, as_json(RewardOptions)] = Field(default_factory=RewardOptions)
     mode: Literal["auto", "sync", "job"] = Field(
         "auto", description="auto: answer here up to judge.sync_max candidates, else a job; sync or job: always."
     )

@@ -27,7 +27,8 @@ from veriloop.config import Settings
 from veriloop.errors import BackendError, ConfigError
 from veriloop.llm.base import Backend, StreamDelta, StreamingBackend
 from veriloop.llm.constraints import validate
-from veriloop.records import Completion, Constraint, Message, Prompt, SamplingParams
+from veriloop.records import Completion, Constraint, ConstraintKind, Message, Prompt, SamplingParams
+from veriloop.service.contract import JSONRoute
 from veriloop.service.deps import backend_of, settings_of
 from veriloop.service.http_errors import APIError
 from veriloop.service.openai_schema import (
@@ -42,6 +43,8 @@ from veriloop.service.openai_schema import (
     ChatMessageOut,
     CompletionRequest,
     CompletionResponse,
+    JsonObjectFormat,
+    JsonSchemaFormat,
     ModelCard,
     ModelList,
     SamplingFields,
@@ -51,7 +54,7 @@ from veriloop.service.openai_schema import (
     UsageOut,
 )
 
-router = APIRouter(tags=["openai"])
+router = APIRouter(tags=["openai"], route_class=JSONRoute)
 
 BackendDep = Annotated[Backend, Depends(backend_of)]
 SettingsDep = Annotated[Settings, Depends(settings_of)]
@@ -70,8 +73,6 @@ async def chat_completions(
     body: ChatCompletionRequest, backend: BackendDep, settings: SettingsDep
 ) -> ChatCompletionResponse | StreamingResponse:
     _check_model(body.model, backend, settings)
-    if body.tools:
-        raise APIError(400, "tools are not supported by this server", param="tools")
     max_tokens = body.max_completion_tokens or body.max_tokens or DEFAULT_CHAT_MAX_TOKENS
     params = _params(body, max_tokens, logprobs=body.logprobs)
     if body.stream and isinstance(backend, StreamingBackend):
@@ -101,11 +102,7 @@ async def completions(
     body: CompletionRequest, backend: BackendDep, settings: SettingsDep
 ) -> CompletionResponse | StreamingResponse:
     _check_model(body.model, backend, settings)
-    if body.echo:
-        raise APIError(400, "echo is not supported by this server", param="echo")
-    if body.suffix:
-        raise APIError(400, "suffix is not supported by this server", param="suffix")
-    prompts = _text_prompts(body.prompt)
+    prompts = [body.prompt] if isinstance(body.prompt, str) else list(body.prompt)
     params = _params(body, body.max_tokens or DEFAULT_TEXT_MAX_TOKENS, logprobs=body.logprobs is not None)
     if body.stream and isinstance(backend, StreamingBackend):
         live = _live_text_chunks(backend, prompts, params, body.logprobs is not None)
@@ -159,47 +156,37 @@ def _params(body: SamplingFields, max_tokens: int, *, logprobs: bool) -> Samplin
 
 
 def _constraint(body: SamplingFields) -> Constraint | None:
-    """The structure asked for, the way OpenAI (response_format) or vLLM (structured_outputs, guided_*) spell it."""
-    found: list[tuple[str, Constraint]] = []
-    fmt = body.response_format or {}
-    kind = fmt.get("type", "text")
-    if kind == "json_object":
-        found.append(("response_format", Constraint(kind="json_schema", value='{"type": "object"}')))
-    elif kind == "json_schema":
-        schema = (fmt.get("json_schema") or {}).get("schema")
-        if not isinstance(schema, dict):
-            raise APIError(400, "response_format.json_schema.schema must be an object", param="response_format")
-        found.append(("response_format", Constraint(kind="json_schema", value=json.dumps(schema))))
-    elif kind != "text":
-        raise APIError(400, f"unsupported response_format type {kind!r}", param="response_format")
-    outputs = dict(body.structured_outputs or {})
-    for key, field in (("regex", "guided_regex"), ("json", "guided_json"), ("grammar", "guided_grammar")):
-        if getattr(body, field) is not None:
-            outputs.setdefault(key, getattr(body, field))
-    for key, value in outputs.items():
-        if value is None:
-            continue
-        if key == "regex" and isinstance(value, str):
-            found.append((key, Constraint(kind="regex", value=value)))
-        elif key == "json" and isinstance(value, dict | str):
-            found.append(
-                (key, Constraint(kind="json_schema", value=value if isinstance(value, str) else json.dumps(value)))
-            )
-        elif key == "grammar" and isinstance(value, str):
-            grammar_kind = "gbnf" if "::=" in value else "lark"
-            found.append((key, Constraint(kind=grammar_kind, value=value)))
-        else:
-            raise APIError(400, f"unsupported structured_outputs field {key!r}", param="structured_outputs")
-    if len(found) > 1:
-        raise APIError(400, "give one constraint: response_format, regex, json or grammar", param=found[1][0])
+    """The structure asked for, the way OpenAI (response_format) or vLLM (structured_outputs, guided_*) spell it.
+
+    The request model has already refused two at once; this compiles the one given (400 if it does not compile).
+    """
+    outputs = body.structured_outputs
+    fmt = body.response_format
+    grammar = outputs.grammar if outputs else None
+    given: list[tuple[str, ConstraintKind, str | dict[str, Any] | None]] = [
+        ("response_format", "json_schema", {"type": "object"} if isinstance(fmt, JsonObjectFormat) else None),
+        ("response_format", "json_schema", fmt.json_schema.schema_ if isinstance(fmt, JsonSchemaFormat) else None),
+        ("structured_outputs", "regex", outputs.regex if outputs else None),
+        ("structured_outputs", "json_schema", outputs.json_ if outputs else None),
+        ("structured_outputs", _grammar_kind(grammar), grammar),
+        ("guided_regex", "regex", body.guided_regex),
+        ("guided_json", "json_schema", body.guided_json),
+        ("guided_grammar", _grammar_kind(body.guided_grammar), body.guided_grammar),
+    ]
+    found = [(param, kind, value) for param, kind, value in given if value is not None]
     if not found:
         return None
-    param, constraint = found[0]
+    param, kind, value = found[0]  # one at most: the request model refused more
+    constraint = Constraint(kind=kind, value=value if isinstance(value, str) else json.dumps(value))
     try:
         validate(constraint)
     except ConfigError as exc:
         raise APIError(400, str(exc), param=param) from None
     return constraint
+
+
+def _grammar_kind(grammar: str | None) -> ConstraintKind:
+    return "gbnf" if grammar is not None and "::=" in grammar else "lark"
 
 
 def _conversation(messages: Sequence[ChatMessageIn]) -> Prompt:
@@ -208,16 +195,6 @@ def _conversation(messages: Sequence[ChatMessageIn]) -> Prompt:
         Message(role="system" if message.role == "developer" else message.role, content=message.text())
         for message in messages
     ]
-
-
-def _text_prompts(prompt: str | list[str] | list[int] | list[list[int]]) -> list[str]:
-    if isinstance(prompt, str):
-        return [prompt]
-    if not prompt:
-        raise APIError(400, "prompt must not be empty", param="prompt")
-    if all(isinstance(item, str) for item in prompt):
-        return [str(item) for item in prompt]
-    raise APIError(400, "token-id prompts are not supported by this server; send text", param="prompt")
 
 
 # --------------------------------------------------------------------------- backend -> response

@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 
 import httpx
 
-from veriloop.errors import ConfigError
+from veriloop.errors import ConfigError, UnavailableError
 
 COMPLETE = ".complete"
 """Marker written last: a folder without it is a broken earlier attempt and is fetched again."""
@@ -49,8 +49,8 @@ def fetch_folder(
 ) -> Path:
     """`target` holding the files of the tar.gz at `url` under `base` (only paths starting with `keep`).
 
-    Fetched once: a complete `target` is returned as is. Offline, or when the archive lacks `base`,
-    a ConfigError names `what` is missing and says what to do `instead`.
+    Fetched once: a complete `target` is returned as is. Offline, an UnavailableError (when the archive lacks
+    `base`, a ConfigError) names `what` is missing and says what to do `instead`.
     """
     if (target / COMPLETE).is_file():
         return target
@@ -67,7 +67,9 @@ def fetch_folder(
                     for chunk in response.iter_bytes():
                         sink.write(chunk)
         except httpx.HTTPError as exc:
-            raise ConfigError(f"{what} is not in the cache and {url} could not be fetched ({exc}); {instead}") from None
+            raise UnavailableError(
+                f"{what} is not in the cache and {url} could not be fetched ({exc}); {instead}"
+            ) from None
         unpacked = Path(scratch) / "unpacked"
         try:
             with tarfile.open(download, "r:gz") as archive:

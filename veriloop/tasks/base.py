@@ -80,6 +80,10 @@ ORIGINS = {
 """Where each registered suite's data comes from, for `veriloop suites list` and the docs."""
 
 
+SUITE_NAME = r"^[^:]+$"
+"""A suite name as a judge request may give it: no colon, so neither an `hf:` dataset (downloaded by name) nor the
+registry's `module:attr` import path (which imports code by name: for settings and code, not for requests)."""
+
 TRANSLATIONS = "alphaverus-dafny2"
 """`alphaverus-dafny2<verifier>`: the Dafny sources to translate for any registered verifier (its descriptor names
 the language), so a new verifier needs no suite line of its own."""

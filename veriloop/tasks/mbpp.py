@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 
 from veriloop.config import Settings
-from veriloop.errors import ConfigError
+from veriloop.errors import UnavailableError
 from veriloop.records import Task
 from veriloop.tasks.base import Suite
 
@@ -41,13 +41,13 @@ MBPP_URL = "https://raw.githubusercontent.com/google-research/google-research/ma
 
 
 def download(url: str, target: Path, transport: httpx.BaseTransport | None = None) -> Path:
-    """Fetch `url` into `target` (atomically); a clear ConfigError when the machine is offline."""
+    """Fetch `url` into `target` (atomically); a clear UnavailableError when the machine is offline."""
     try:
         with httpx.Client(transport=transport, follow_redirects=True, timeout=60.0) as client:
             response = client.get(url)
             response.raise_for_status()
     except httpx.HTTPError as exc:
-        raise ConfigError(
+        raise UnavailableError(
             f"MBPP is not in the cache and {url} could not be fetched ({exc}); download mbpp.jsonl yourself and set "
             "paths.data_dir (VERILOOP_PATHS__DATA_DIR) to a folder holding mbpp/mbpp.jsonl"
         ) from None

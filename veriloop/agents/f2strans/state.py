@@ -4,18 +4,43 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
-from pydantic import Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from veriloop.agents.checkpoint import CheckpointedOptions
 from veriloop.errors import ConfigError
 from veriloop.tasks.transcoder import EXTENSIONS
 
 
+def _directions(schema: dict[str, Any], model: type[BaseModel]) -> None:
+    """The JSON schema of `_direction`: source and target differ, counting an omitted one as its default."""
+    source, target = (model.model_fields[name].default for name in ("source", "target"))
+    schema["not"] = {
+        "anyOf": [
+            *(
+                {"required": ["source", "target"], "properties": {"source": {"const": x}, "target": {"const": x}}}
+                for x in EXTENSIONS
+            ),
+            {"required": ["source"], "not": {"required": ["target"]}, "properties": {"source": {"const": target}}},
+            {"required": ["target"], "not": {"required": ["source"]}, "properties": {"target": {"const": source}}},
+        ]
+    }
+
+
 class F2STransOptions(CheckpointedOptions):
     """One direction of translation, the repair budget and the sampling of the first turn."""
 
-    source: str = Field("cpp", description="Language translated from: cpp, java, python, c, go, rust.")
-    target: str = Field("python", description="Language translated to; its test program judges.")
+    model_config = ConfigDict(json_schema_extra=_directions)
+
+    source: str = Field(
+        "cpp",
+        description="Language translated from: cpp, java, python, c, go, rust.",
+        json_schema_extra={"enum": list(EXTENSIONS)},
+    )
+    target: str = Field(
+        "python",
+        description="Language translated to; its test program judges.",
+        json_schema_extra={"enum": list(EXTENSIONS)},
+    )
     turns: int = Field(3, ge=1, le=10, description="k: translate once, then repair with test feedback up to k-1 times.")
     samples: int = Field(1, ge=1, le=16, description="Candidates drawn in the first turn; repairs continue the best.")
     temperature: float = Field(

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
-from typing import Annotated, Literal, Self, TypedDict
+from typing import Annotated, Any, Literal, Self, TypedDict
 
-from pydantic import AliasChoices, Field, model_validator
+from pydantic import AliasChoices, ConfigDict, Field, model_validator
 
 from veriloop.agents.base import AgentOptions
 from veriloop.agents.mucode.prompts import Exchange
@@ -22,8 +22,50 @@ Selection = Literal["pt", "lv", "pt+lv", "random"]
 History = Literal["full", "latest"]
 
 
+LEARNED: tuple[Selection, ...] = ("lv", "pt+lv")
+"""Selections that need a learned verifier."""
+
+
+def _schema(schema: dict[str, Any]) -> None:
+    """The JSON schema says what validation does: the old names `n` and `select` (one spelling per option), and a
+    learned selection only with a verifier model or `train` (`_verifier_for_lv`)."""
+    properties = schema["properties"]
+    for old, new in (("n", "samples"), ("select", "selection")):
+        properties[old] = {
+            **properties[new],
+            "title": old,
+            "description": f"The old name of `{new}`.",
+            "deprecated": True,
+        }
+    learned = {"enum": list(LEARNED)}
+    schema["not"] = {
+        "anyOf": [
+            {"required": ["samples", "n"]},
+            {"required": ["selection", "select"]},
+            {
+                "allOf": [
+                    {
+                        "anyOf": [
+                            {"required": [name], "properties": {name: learned}} for name in ("selection", "select")
+                        ]
+                    },
+                    {
+                        "not": {
+                            "required": ["verifier_model"],
+                            "properties": {"verifier_model": {"type": "string", "minLength": 1}},
+                        }
+                    },
+                    {"not": {"required": ["train"], "properties": {"train": {"const": True}}}},
+                ]
+            },
+        ]
+    }
+
+
 class MuCodeOptions(AgentOptions):
     """Inference (multi-turn best-of-N) and training (expert iteration) knobs, as `veriloop run mucode` takes them."""
+
+    model_config = ConfigDict(json_schema_extra=_schema)
 
     turns: int = Field(3, ge=1, le=10, description="Turns per episode at most (the paper uses 3).")
     samples: int = Field(
@@ -70,7 +112,7 @@ class MuCodeOptions(AgentOptions):
 
     @model_validator(mode="after")
     def _verifier_for_lv(self) -> Self:
-        if self.selection in ("lv", "pt+lv") and not self.verifier_model and not self.train:
+        if self.selection in LEARNED and not self.verifier_model and not self.train:
             raise ValueError(f"--selection {self.selection} needs --verifier-model checkpoint:ID (a trained verifier)")
         return self
 

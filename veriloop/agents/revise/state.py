@@ -32,7 +32,11 @@ class ReviseOptions(CheckpointedOptions):
     )
     # training: the two-stage curriculum on this run's trajectories (`curriculum.train_on_run`)
     train: bool = Field(False, description="Then train the curriculum (verify, then correct) on this run's attempts.")
-    stage_steps: tuple[int, int] = Field((20, 20), description="Optimiser steps of stage 1 and stage 2 (train).")
+    stage_steps: tuple[int, int] = Field(
+        (20, 20),
+        description="Optimiser steps of stage 1 and stage 2 (train).",
+        json_schema_extra={"prefixItems": [{"type": "integer", "minimum": 1}] * 2},  # `_positive_steps`
+    )
     lora: bool = Field(False, description="Train LoRA adapters (merged on save) instead of every weight (train).")
 
     @field_validator("stage_steps")
