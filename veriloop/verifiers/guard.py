@@ -302,8 +302,8 @@ def _nagini_trust(code: str) -> str | None:
     modules imported (their code and stubs are trusted), recursion without a termination measure."""
     try:
         tree = ast.parse(code)
-    except SyntaxError as exc:  # Nagini would not read it either; the guard cannot vouch for what it cannot read
-        return f"the candidate does not parse as Python: {exc.msg}"
+    except SyntaxError:  # Nagini parses with the same grammar and reports it as a syntax error, never a proof
+        return None
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom | ast.Import):
             modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
