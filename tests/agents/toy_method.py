@@ -2,7 +2,7 @@
 a graph built by `build_graph(checkpointer=None)` with `Deps` as its context, and an Agent subclass.
 
     draw  -> `samples` replies to the task's prompt
-    check -> each reply's program against the task's tests in the sandbox, stored as a Node
+    judge -> each reply's program checked by the task's verifier (`common.check`), stored as a Node
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from langgraph.runtime import Runtime
 from pydantic import Field
 
 from veriloop.agents.base import Agent, AgentOptions
-from veriloop.agents.common import run_graph, run_tests, share_passed, stable_seed
+from veriloop.agents.common import check, finish_attempt, run_graph, stable_seed, store_nodes
 from veriloop.agents.context import AgentContext
 from veriloop.agents.direct import program_from_reply, prompt_messages
 from veriloop.records import STEP_KEY, Attempt, Node, SamplingParams, Task
@@ -48,33 +48,32 @@ async def draw(state: ToyState, runtime: Runtime[Deps]) -> dict[str, Any]:
     return {"replies": [completion.text for completion in completions]}
 
 
-async def check(state: ToyState, runtime: Runtime[Deps]) -> dict[str, Any]:
+async def judge(state: ToyState, runtime: Runtime[Deps]) -> dict[str, Any]:
     deps = runtime.context
     codes = [program_from_reply(deps.task, reply) for reply in state["replies"]]
-    results = [await run_tests(deps.task, code, deps.ctx) for code in codes]
+    results = [await check(deps.task, code, deps.ctx) for code in codes]
     nodes = [
         Node(
             run_id=deps.ctx.run.id,
             task_id=deps.task.id,
             role="generate",
             code=code,
-            exec_result=result,
-            score=share_passed(result),
+            **result.node_fields(),
             metadata={STEP_KEY: 0, "candidate": index},
         )
         for index, (code, result) in enumerate(zip(codes, results, strict=True))
     ]
-    deps.ctx.store.add_nodes(nodes)
+    await store_nodes(deps.ctx, nodes)
     return {"node_ids": [node.id for node in nodes], "scores": [node.score or 0.0 for node in nodes]}
 
 
 def build_graph(checkpointer: BaseCheckpointSaver[str] | None = None) -> CompiledStateGraph[ToyState, Deps]:
     graph = StateGraph(ToyState, context_schema=Deps)
     graph.add_node("draw", draw)
-    graph.add_node("check", check)
+    graph.add_node("judge", judge)
     graph.add_edge(START, "draw")
-    graph.add_edge("draw", "check")
-    graph.add_edge("check", END)
+    graph.add_edge("draw", "judge")
+    graph.add_edge("judge", END)
     return graph.compile(checkpointer=checkpointer)
 
 
@@ -88,11 +87,6 @@ class ToyAgent(Agent[ToyOptions]):
         final = await run_graph(build_graph(), {}, Deps(ctx=ctx, options=self.options, task=task))
         scores: list[float] = final["scores"]
         index = 0 if self.options.pick == "first" else max(range(len(scores)), key=scores.__getitem__)
-        attempt = Attempt(
-            run_id=ctx.run.id,
-            task_id=task.id,
-            status="passed" if scores[index] == 1.0 else "failed",
-            best_node_id=final["node_ids"][index],
-            score=scores[index],
+        return await finish_attempt(
+            ctx, task, passed=scores[index] == 1.0, best_node_id=final["node_ids"][index], score=scores[index]
         )
-        return ctx.store.add_attempt(attempt)

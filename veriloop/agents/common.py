@@ -1,17 +1,22 @@
-"""What every method folder shares: seeds that repeat across processes, a program's tests in the sandbox
-and their score, the decoding constraint for a code answer, concurrent work that never outlives its caller,
-and running a graph so that an interrupted thread resumes from its checkpoint.
+"""What every method folder shares: seeds that repeat across processes, one way to judge a program (its task's
+verifier), one way to store a step and a task's outcome, the decoding constraint for a code answer, concurrent work
+that never outlives its caller, and running a graph so that an interrupted thread resumes from its checkpoint.
 
     graph = build_graph(checkpointer)                        # the same shape in every `agents/<method>/graph.py`
     final = await run_graph(graph, initial, deps, thread=thread_id(run.id, task.id))
+    checked = await check(task, code, ctx)                   # asserts, stdin/stdout, a C++ harness, Dafny
+    await store_nodes(ctx, [Node(..., **checked.node_fields())])
+    return await finish_attempt(ctx, task, passed=checked.passed, ...)
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 import zlib
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
@@ -20,9 +25,11 @@ from langgraph.graph.state import CompiledStateGraph
 
 from veriloop.agents.context import AgentContext
 from veriloop.llm.codeblocks import fenced_block
-from veriloop.records import Constraint, ExecResult, Task
-from veriloop.sandbox import default_limits
-from veriloop.sandbox.languages import prompt_helpers, python_tests_job
+from veriloop.records import Attempt, Candidate, Constraint, ExecResult, Node, Task, VerifyResult, VerifyStatus
+from veriloop.sandbox import Sandbox, Toolchain, default_limits
+from veriloop.sandbox.job import Job
+from veriloop.verifiers import Verifier, get_verifier
+from veriloop.verifiers.tests import TestsVerifier, result_from_exec
 
 T = TypeVar("T")
 
@@ -71,17 +78,146 @@ def share_passed(result: ExecResult) -> float:
     return 1.0 if result.passed else 0.0
 
 
-async def run_tests(task: Task, code: str, ctx: AgentContext, tests: str | None = None) -> ExecResult:
-    """Run `tests` (default: all of the task's tests) against `code` in the context's sandbox."""
-    job = python_tests_job(
-        ctx.sandbox.toolchain,
-        code,
-        task.tests if tests is None else tests,
-        entry_point=task.entry_point,
-        limits=default_limits(ctx.settings),
-        helpers=prompt_helpers(task.prompt, task.entry_point),
+TITLES = {"cpp": "C++", "c": "C", "java": "Java", "go": "Go", "rust": "Rust", "javascript": "JavaScript"}
+
+
+def language_title(language: str) -> str:
+    """A language's name as a prompt writes it (`cpp` is C++)."""
+    return TITLES.get(language, language.capitalize())
+
+
+# --------------------------------------------------------------------------- judging a program
+
+
+TESTS = "tests"
+
+
+def verifier_name(task: Task) -> str:
+    """Who judges `task`: the task file's `verifier` (`tasks/schema.py` keeps it in the metadata), else its tests."""
+    named = task.metadata.get("verifier")
+    return named if isinstance(named, str) and named else TESTS
+
+
+def make_verifier(name: str, ctx: AgentContext, *, guard: bool | None = None) -> Verifier:
+    """The named verifier over the run's store cache; `tests` runs in the run's own sandbox."""
+    if name == TESTS:
+        from veriloop.verifiers import CachedVerifier
+
+        tests: Verifier = TestsVerifier(_Borrowed(ctx.sandbox), default_limits(ctx.settings))
+        return CachedVerifier(tests, ctx.store) if ctx.settings.verifiers.cache else tests
+    return get_verifier(ctx.settings, name, store=ctx.store, guard=guard)
+
+
+@dataclass(frozen=True)
+class Check:
+    """A program's verdict from its task's verifier. `execution` is the sandbox run behind a `tests` verdict: its
+    per-test outcomes and output are what feedback prompts quote and what the stored node keeps."""
+
+    verdict: VerifyResult
+    execution: ExecResult | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict.status is VerifyStatus.VERIFIED
+
+    @property
+    def score(self) -> float:
+        """Share of tests passed for tests, else the verifier's own score kept in [0, 1] (its -1 means unusable)."""
+        if self.execution is not None:
+            return share_passed(self.execution) if not self.passed else 1.0
+        return 1.0 if self.passed else max(self.verdict.score, 0.0)
+
+    def node_fields(self) -> dict[str, Any]:
+        """What a stored node records of the check: the execution, the verdict and the score."""
+        return {"exec_result": self.execution, "verify_result": self.verdict, "score": self.score}
+
+
+async def check(task: Task, code: str, ctx: AgentContext, tests: str | None = None) -> Check:
+    """Judge `code` with the task's verifier: its tests (Python asserts, stdin/stdout cases, a C++/Java/... harness)
+    in the run's sandbox, or a formal verifier (Dafny, Nagini, Verus) behind the guard and the store's cache.
+    `tests` replaces the task's tests for this check (the public tests a method may show its model)."""
+    judged = task if tests is None else task.model_copy(update={"tests": tests})
+    candidate = Candidate(task_id=task.id, code=code, language=task.language)
+    name = verifier_name(task)
+    if name != TESTS:
+        verifier = ctx.verifiers.get(name)
+        if verifier is None:
+            verifier = ctx.verifiers.setdefault(name, make_verifier(name, ctx))
+        return Check(await verifier.verify(candidate, judged))
+    witness = _Borrowed(ctx.sandbox)
+    verdict = await TestsVerifier(witness, default_limits(ctx.settings)).verify(candidate, judged)
+    return Check(verdict, witness.result)
+
+
+def judged(result: ExecResult) -> Check:
+    """A run a method built itself (F2STrans's filled target test program) in the tests verifier's vocabulary."""
+    return Check(result_from_exec(result), result)
+
+
+class _Borrowed:
+    """The run's sandbox lent to a tests verifier: closing the verifier leaves it open (the run owns it), and the
+    last execution is kept, since the verdict alone drops the per-test output a feedback prompt shows."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sandbox = sandbox
+        self.name = sandbox.name
+        self.result: ExecResult | None = None
+
+    @property
+    def toolchain(self) -> Toolchain:
+        return self._sandbox.toolchain
+
+    @property
+    def version(self) -> str:
+        return str(getattr(self._sandbox, "version", ""))
+
+    async def prepare(self) -> None:
+        prepare = getattr(self._sandbox, "prepare", None)
+        if prepare is not None:
+            await prepare()
+
+    async def run(self, job: Job) -> ExecResult:
+        self.result = await self._sandbox.run(job)
+        return self.result
+
+    async def aclose(self) -> None:
+        return None
+
+
+# --------------------------------------------------------------------------- storing steps and outcomes
+
+
+async def store_nodes(ctx: AgentContext, nodes: Sequence[Node]) -> list[Node]:
+    """Store a method's steps from a worker thread, so a synchronous write never stalls the loop feeding the
+    batcher."""
+    await asyncio.to_thread(ctx.store.add_nodes, nodes)
+    return list(nodes)
+
+
+async def finish_attempt(
+    ctx: AgentContext,
+    task: Task,
+    *,
+    passed: bool,
+    started: float | None = None,
+    best_node_id: str | None = None,
+    score: float | None = None,
+    tokens: int = 0,
+    **fields: Any,
+) -> Attempt:
+    """Store the task's outcome in the run (from a worker thread, like `store_nodes`) and return it; `started` is
+    the `time.perf_counter()` the method began the task at (none: a loop over the whole suite)."""
+    attempt = Attempt(
+        run_id=ctx.run.id,
+        task_id=task.id,
+        status="passed" if passed else "failed",
+        best_node_id=best_node_id,
+        score=score,
+        tokens=tokens,
+        seconds=time.perf_counter() - started if started is not None else 0.0,
+        **fields,
     )
-    return await ctx.sandbox.run(job)
+    return await asyncio.to_thread(ctx.store.add_attempt, attempt)
 
 
 async def run_graph(

@@ -5,8 +5,8 @@ The demo's agent, and the single-turn baseline every method is compared with:
     messages   <- prompt(task)
     completion <- LLM(messages)
     code       <- the fenced block of the completion (with the task's prompt when it lacks the function)
-    result     <- tests(code) in the sandbox
-    store Node(messages, completion, code, result) and Attempt(passed, tokens, seconds)
+    verdict    <- the task's verifier on code (its tests in the sandbox, unless the task names another judge)
+    store Node(messages, completion, code, verdict) and Attempt(passed, tokens, seconds)
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 
 from veriloop.agents.base import Agent, AgentOptions
-from veriloop.agents.common import run_tests, share_passed
+from veriloop.agents.common import check, finish_attempt, language_title, store_nodes
 from veriloop.agents.context import AgentContext
 from veriloop.llm.codeblocks import CLOSING_FENCE, extract_code
 from veriloop.records import Attempt, Message, Node, SamplingParams, Task
@@ -24,12 +24,19 @@ PROMPT = (
     "in one ```python code block.\n\n```python\n{prompt}```"
 )
 
+OTHER_PROMPT = "{prompt}\n\nReply with the whole {title} code, includes or imports too, in one ```{fence} code block."
+"""Any other language: the task's prompt says what to write (a C++ harness task names the function to fill)."""
+
 DEFAULT_PARAMS = SamplingParams(temperature=0.0, max_tokens=384, stop=[CLOSING_FENCE])
 """Greedy, long enough for HumanEval bodies, ended at the reply's closing fence."""
 
 
 def prompt_messages(task: Task) -> list[Message]:
-    return [Message(role="user", content=PROMPT.format(prompt=task.prompt))]
+    if task.language == "python":
+        return [Message(role="user", content=PROMPT.format(prompt=task.prompt))]
+    title = language_title(task.language)
+    text = OTHER_PROMPT.format(prompt=task.prompt.rstrip(), title=title, fence=task.language)
+    return [Message(role="user", content=text)]
 
 
 def program_from_reply(task: Task, reply: str) -> str:
@@ -41,34 +48,30 @@ def program_from_reply(task: Task, reply: str) -> str:
 
 
 async def solve(task: Task, ctx: AgentContext, params: SamplingParams = DEFAULT_PARAMS) -> Attempt:
-    """Generate one program for `task`, test it, store the node and the attempt."""
+    """Generate one program for `task`, judge it with the task's verifier, store the node and the attempt."""
     started = time.perf_counter()
     messages = prompt_messages(task)
     [[completion]] = await ctx.backend.generate([messages], params.model_copy(update={"n": 1}))
     code = program_from_reply(task, completion.text)
-    result = await run_tests(task, code, ctx)
-    node = ctx.store.add_node(
-        Node(
-            run_id=ctx.run.id,
-            task_id=task.id,
-            role="generate",
-            messages=messages,
-            completion=completion,
-            code=code,
-            exec_result=result,
-            score=share_passed(result),
-        )
+    checked = await check(task, code, ctx)
+    node = Node(
+        run_id=ctx.run.id,
+        task_id=task.id,
+        role="generate",
+        messages=messages,
+        completion=completion,
+        code=code,
+        **checked.node_fields(),
     )
-    return ctx.store.add_attempt(
-        Attempt(
-            run_id=ctx.run.id,
-            task_id=task.id,
-            status="passed" if result.passed else "failed",
-            best_node_id=node.id,
-            score=node.score,
-            tokens=completion.usage.total_tokens,
-            seconds=time.perf_counter() - started,
-        )
+    await store_nodes(ctx, [node])
+    return await finish_attempt(
+        ctx,
+        task,
+        passed=checked.passed,
+        started=started,
+        best_node_id=node.id,
+        score=node.score,
+        tokens=completion.usage.total_tokens,
     )
 
 

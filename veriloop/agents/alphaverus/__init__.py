@@ -25,7 +25,7 @@ from veriloop.agents.alphaverus.problem import VerifierProblem, program_text
 from veriloop.agents.alphaverus.prompts import LANGUAGE, explore_messages, fenced, render_errors
 from veriloop.agents.alphaverus.state import AlphaVerusOptions, SuiteState
 from veriloop.agents.base import Agent, OnAttempt, notify
-from veriloop.agents.common import run_graph
+from veriloop.agents.common import make_verifier, run_graph
 from veriloop.agents.context import AgentContext
 from veriloop.errors import ConfigError
 from veriloop.llm.codeblocks import CLOSING_FENCE
@@ -33,8 +33,6 @@ from veriloop.records import Attempt, Message, Task
 from veriloop.search.budget import Budget, Spend
 from veriloop.search.engine import SearchConfig, SearchOutcome, run_search
 from veriloop.search.score import scorer_for
-from veriloop.verifiers import CachedVerifier, Verifier, get_verifier
-from veriloop.verifiers.tests import TestsVerifier
 
 __all__ = ["AlphaVerusAgent", "AlphaVerusOptions", "make_verifier", "target_of"]
 
@@ -49,16 +47,6 @@ def target_of(task: Task, options: AlphaVerusOptions) -> str:
     if task.tests:
         return "tests"
     raise ConfigError(f"task {task.id} names no verifier: pass --target")
-
-
-def make_verifier(name: str, ctx: AgentContext, *, guard: bool | None = None) -> Verifier:
-    """The named verifier over the run's store cache; `tests` runs in the run's own sandbox."""
-    if name == "tests":
-        from veriloop.sandbox import default_limits
-
-        tests: Verifier = TestsVerifier(ctx.sandbox, default_limits(ctx.settings))
-        return CachedVerifier(tests, ctx.store) if ctx.settings.verifiers.cache else tests
-    return get_verifier(ctx.settings, name, store=ctx.store, guard=guard)
 
 
 INFERENCE = (

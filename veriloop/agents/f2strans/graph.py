@@ -25,7 +25,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
 from veriloop.agents.checkpoint import thread_id
-from veriloop.agents.common import answer_constraint, run_graph, share_passed
+from veriloop.agents.common import answer_constraint, finish_attempt, judged, run_graph, store_nodes
 from veriloop.agents.context import AgentContext
 from veriloop.agents.f2strans import prompts
 from veriloop.agents.f2strans.state import F2STransOptions, TranslationState
@@ -151,8 +151,7 @@ async def check(state: TranslationState, runtime: Runtime[Deps]) -> dict[str, An
             messages=messages,
             completion=completion,
             code=code,
-            exec_result=result,
-            score=share_passed(result),
+            **judged(result).node_fields(),
             metadata={
                 "source_language": item.source_language,
                 "target_language": item.target_language,
@@ -163,7 +162,7 @@ async def check(state: TranslationState, runtime: Runtime[Deps]) -> dict[str, An
         for completion, code, result, style in zip(completions, codes, results, styles, strict=True)
     ]
     store = deps.ctx.store  # synchronous: called on a thread so the loop can finish the saver's transactions
-    await asyncio.to_thread(store.add_nodes, nodes)
+    await store_nodes(deps.ctx, nodes)
     passing = [node for node in nodes if node.exec_result is not None and node.exec_result.passed]
     if passing:
         await asyncio.to_thread(
@@ -237,13 +236,12 @@ async def run_episode(
     best_id = final.get("best_node_id")
     best = await asyncio.to_thread(ctx.store.get_node, best_id) if best_id else None
     passed = best is not None and best.exec_result is not None and best.exec_result.status is ExecStatus.PASSED
-    attempt = Attempt(
-        run_id=ctx.run.id,
-        task_id=task.id,
-        status="passed" if passed else "failed",
+    return await finish_attempt(
+        ctx,
+        task,
+        passed=passed,
+        started=started,
         best_node_id=best.id if best is not None else None,
         score=best.score if best is not None else 0.0,
         tokens=int(final.get("tokens", 0)),
-        seconds=time.perf_counter() - started,
     )
-    return await asyncio.to_thread(ctx.store.add_attempt, attempt)

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from veriloop.agents.base import Agent, OnAttempt
+from veriloop.agents.common import finish_attempt
 from veriloop.agents.context import AgentContext
 from veriloop.agents.mucode.graph import Deps, Scorer, ThreadedVerifier, episode
 from veriloop.agents.mucode.state import MuCodeOptions, MuCodeState
@@ -25,20 +26,18 @@ from veriloop.records import Attempt, Task
 __all__ = ["MuCodeAgent", "MuCodeOptions", "attempt_of", "episode"]
 
 
-def attempt_of(task: Task, state: MuCodeState, ctx: AgentContext, seconds: float) -> Attempt:
-    """The stored Attempt of an episode: passed iff the final (public + private) tests passed."""
+async def attempt_of(task: Task, state: MuCodeState, ctx: AgentContext, started: float) -> Attempt:
+    """The stored Attempt of an episode: passed iff the final check (public + private tests) passed."""
     final = state.get("final")
     passed = final is not None and final.passed
-    return ctx.store.add_attempt(
-        Attempt(
-            run_id=ctx.run.id,
-            task_id=task.id,
-            status="passed" if passed else "failed",
-            best_node_id=state.get("final_node_id"),
-            score=1.0 if passed else 0.0,
-            tokens=state.get("tokens", 0),
-            seconds=seconds,
-        )
+    return await finish_attempt(
+        ctx,
+        task,
+        passed=passed,
+        started=started,
+        best_node_id=state.get("final_node_id"),
+        score=1.0 if passed else 0.0,
+        tokens=state.get("tokens", 0),
     )
 
 
@@ -63,7 +62,7 @@ class MuCodeAgent(Agent[MuCodeOptions]):
     async def solve(self, task: Task, ctx: AgentContext) -> Attempt:
         started = time.perf_counter()
         state = await episode(task, Deps(ctx=ctx, options=self.options, verifier=self.verifier(ctx)))
-        return attempt_of(task, state, ctx, time.perf_counter() - started)
+        return await attempt_of(task, state, ctx, started)
 
     async def run_suite(
         self, tasks: Sequence[Task], ctx: AgentContext, on_attempt: OnAttempt | None = None

@@ -1,10 +1,10 @@
 """μCode's multi-turn best-of-N episode as a LangGraph graph.
 
     generate  -> N replies from the history (first turn: the problem and its public tests)
-    execute   -> public tests of each reply in the sandbox
+    execute   -> each reply checked by the task's verifier on the public tests
     select    -> scores (pt, lv, pt+lv = 100 x public pass + verifier, random); every candidate is stored
                  as a Node under the previous turn's chosen node, the chosen one marked
-    passed the public tests, or turn == turns?  -> final (private tests decide the attempt)
+    passed the public tests, or turn == turns?  -> final (the task's verifier on every test decides the attempt)
     otherwise -> feedback (the public feedback becomes the next user turn) -> generate
 
 Nodes take the run's backend, sandbox, store and verifier from the graph's context (`Deps`).
@@ -22,7 +22,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
-from veriloop.agents.common import answer_constraint, run_graph, run_tests, stable_seed
+from veriloop.agents.common import answer_constraint, check, run_graph, stable_seed, store_nodes
 from veriloop.agents.context import AgentContext
 from veriloop.agents.mucode import prompts
 from veriloop.agents.mucode.state import MuCodeOptions, MuCodeState, Played, Sample
@@ -116,7 +116,7 @@ async def generate(state: MuCodeState, runtime: Runtime[Deps]) -> dict[str, Any]
 async def execute(state: MuCodeState, runtime: Runtime[Deps]) -> dict[str, Any]:
     ctx, task = runtime.context.ctx, state["task"]
     samples = state["samples"]
-    results = await asyncio.gather(*(run_tests(task, sample.code, ctx, _public_tests(task)) for sample in samples))
+    results = await asyncio.gather(*(check(task, sample.code, ctx, _public_tests(task)) for sample in samples))
     return {"samples": [replace(sample, public=result) for sample, result in zip(samples, results, strict=True)]}
 
 
@@ -143,7 +143,8 @@ async def select(state: MuCodeState, runtime: Runtime[Deps]) -> dict[str, Any]:
             messages=sample.messages,
             completion=sample.completion,
             code=sample.code,
-            exec_result=sample.public,
+            exec_result=sample.public.execution if sample.public is not None else None,
+            verify_result=sample.public.verdict if sample.public is not None else None,
             score=sample.score,
             metadata={
                 STEP_KEY: turn,
@@ -158,7 +159,7 @@ async def select(state: MuCodeState, runtime: Runtime[Deps]) -> dict[str, Any]:
         )
         for position, sample in enumerate(samples)
     ]
-    deps.ctx.store.add_nodes(nodes)
+    await store_nodes(deps.ctx, nodes)
     return {"samples": samples, "chosen": chosen}
 
 
@@ -180,24 +181,24 @@ async def feedback(state: MuCodeState, runtime: Runtime[Deps]) -> dict[str, Any]
 
 
 async def final(state: MuCodeState, runtime: Runtime[Deps]) -> dict[str, Any]:
-    """The private check: every test of the task (public and private) on the last chosen code."""
+    """The private check: the task's verifier on every test (public and private) of the last chosen code."""
     deps, task = runtime.context, state["task"]
     chosen = state["chosen"]
     assert chosen is not None and chosen.public is not None
-    result = await run_tests(task, chosen.code, deps.ctx)
-    node = deps.ctx.store.add_node(
-        Node(
-            run_id=deps.ctx.run.id,
-            task_id=task.id,
-            parent_id=chosen.node_id,
-            depth=state["turn"],
-            role="final",
-            code=chosen.code,
-            exec_result=result,
-            score=1.0 if result.passed else 0.0,
-            metadata={STEP_KEY: state["turn"], "rollout": state.get("rollout", 0), "tests": "public+private"},
-        )
+    result = await check(task, chosen.code, deps.ctx)
+    node = Node(
+        run_id=deps.ctx.run.id,
+        task_id=task.id,
+        parent_id=chosen.node_id,
+        depth=state["turn"],
+        role="final",
+        code=chosen.code,
+        exec_result=result.execution,
+        verify_result=result.verdict,
+        score=1.0 if result.passed else 0.0,
+        metadata={STEP_KEY: state["turn"], "rollout": state.get("rollout", 0), "tests": "public+private"},
     )
+    await store_nodes(deps.ctx, [node])
     exchange = prompts.Exchange(
         reply=chosen.completion.text, code=chosen.code, feedback=prompts.feedback(chosen.public, task.entry_point)
     )

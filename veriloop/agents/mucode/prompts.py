@@ -16,15 +16,17 @@ import ast
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from veriloop.agents.common import Check, language_title
 from veriloop.llm.codeblocks import extract_code
-from veriloop.records import ExecResult, ExecStatus, Message, Task
+from veriloop.records import ExecStatus, Message, Task, VerifyStatus
 
 INSTRUCTION = "Write a Python function implementation for the following prompt:"
+OTHER_INSTRUCTION = "Write a {title} implementation for the following prompt:"
 TESTS_INTRO = "Your code should satisfy these tests:"
-ENDING = "Return only the implementation code, no tests or explanations, in one ```python code block."
+ENDING = "Return only the implementation code, no tests or explanations, in one ```{fence} code block."
 LATEST_TURN = (
-    "{first}\n\nYour previous attempt:\n\n```python\n{code}\n```\n\nFeedback: {feedback}\n\n"
-    "Fix the code. Return the whole corrected function in one ```python code block."
+    "{first}\n\nYour previous attempt:\n\n```{fence}\n{code}\n```\n\nFeedback: {feedback}\n\n"
+    "Fix the code. Return the whole corrected function in one ```{fence} code block."
 )
 PASSED = "Code passed all tests"
 TIMED_OUT = "Code execution timed out"
@@ -42,6 +44,8 @@ class Exchange:
 
 def shown_tests(task: Task) -> str:
     """The public tests as the model reads them: HumanEval's `check(candidate)` asserts name the function."""
+    if task.language != "python":  # another language's test program holds the reference answer (f_gold)
+        return (task.public_tests or "").strip()
     tests = task.public_tests if task.public_tests is not None else task.tests
     if "def check(candidate)" not in tests or not task.entry_point:
         return tests.strip()
@@ -58,13 +62,15 @@ def shown_tests(task: Task) -> str:
 
 def first_turn(task: Task) -> Message:
     """The problem and its public tests (tests already in the prompt, as MBPP's are, are not repeated)."""
-    prompt = task.prompt.strip("\n")
-    shown = f"```python\n{prompt}\n```" if _is_code(prompt) else prompt
+    prompt, fence = task.prompt.strip("\n"), task.language
+    python = fence == "python"
+    shown = f"```python\n{prompt}\n```" if python and _is_code(prompt) else prompt
     tests = shown_tests(task)
-    parts = [f"{INSTRUCTION}\n\n{shown}"]
+    instruction = INSTRUCTION if python else OTHER_INSTRUCTION.format(title=language_title(fence))
+    parts = [f"{instruction}\n\n{shown}"]
     if tests and tests not in prompt:
-        parts.append(f"{TESTS_INTRO}\n\n```python\n{tests}\n```")
-    parts.append(ENDING)
+        parts.append(f"{TESTS_INTRO}\n\n```{fence}\n{tests}\n```")
+    parts.append(ENDING.format(fence=fence))
     return Message(role="user", content="\n\n".join(parts))
 
 
@@ -75,7 +81,7 @@ def turn_messages(task: Task, played: Sequence[Exchange], history: str = "full")
         return [first]
     if history == "latest":
         last = played[-1]
-        text = LATEST_TURN.format(first=first.content, code=last.code, feedback=last.feedback)
+        text = LATEST_TURN.format(first=first.content, code=last.code, feedback=last.feedback, fence=task.language)
         return [Message(role="user", content=text)]
     messages = [first]
     for exchange in played:
@@ -84,17 +90,23 @@ def turn_messages(task: Task, played: Sequence[Exchange], history: str = "full")
     return messages
 
 
-def feedback(result: ExecResult, entry_point: str | None = None) -> str:
-    """What the public tests said, as the paper shows it: the pass marker, a timeout, or the errors.
+def feedback(checked: Check, entry_point: str | None = None) -> str:
+    """What the public check said, as the paper shows it: the pass marker, a timeout, or the errors (the failed
+    tests' messages, or a formal verifier's diagnostics).
 
     HumanEval's asserts call `candidate(...)`; the feedback names the function as the prompt does.
     """
-    if result.passed:
+    result, verdict = checked.execution, checked.verdict
+    if checked.passed:
         return PASSED
-    if result.status is ExecStatus.TIMEOUT:
+    if verdict.status is VerifyStatus.TIMEOUT or (result is not None and result.status is ExecStatus.TIMEOUT):
         return TIMED_OUT
-    failed = [outcome.message for outcome in result.tests if not outcome.passed]
-    text = "\n".join(failed) if failed else (result.stderr or result.stdout or result.status.value)
+    if result is not None:
+        failed = [outcome.message for outcome in result.tests if not outcome.passed]
+        text = "\n".join(failed) if failed else (result.stderr or result.stdout or result.status.value)
+    else:
+        lines = [d.message if d.line is None else f"line {d.line}: {d.message}" for d in verdict.diagnostics]
+        text = "\n".join(lines) or verdict.reason or verdict.status.value
     text = text.strip()
     if entry_point:
         text = text.replace("candidate(", f"{entry_point}(")
@@ -104,7 +116,8 @@ def feedback(result: ExecResult, entry_point: str | None = None) -> str:
 
 
 def program(task: Task, reply: str) -> str:
-    """The code to run: the reply's first python block, after the task's prompt when the reply wrote a body only."""
+    """The code to run: the reply's first block in the task's language, after the task's prompt when the reply
+    wrote a body only."""
     code = extract_code(reply, task.language)
     if task.entry_point and f"def {task.entry_point}" not in code and _is_code(task.prompt):
         return task.prompt + code

@@ -15,8 +15,9 @@ from typing import Annotated, Any, Literal, Self, TypedDict
 from pydantic import AliasChoices, ConfigDict, Field, model_validator
 
 from veriloop.agents.base import AgentOptions
+from veriloop.agents.common import Check
 from veriloop.agents.mucode.prompts import Exchange
-from veriloop.records import Completion, ExecResult, Message, Task
+from veriloop.records import Completion, Message, Task
 
 Selection = Literal["pt", "lv", "pt+lv", "random"]
 History = Literal["full", "latest"]
@@ -143,7 +144,7 @@ class Sample:
     messages: list[Message]
     completion: Completion
     code: str
-    public: ExecResult | None = None
+    public: Check | None = None
     verifier: float | None = None
     score: float = 0.0
 
@@ -172,5 +173,5 @@ class MuCodeState(TypedDict, total=False):
     chosen: Sample | None
     played: Annotated[list[Played], operator.add]
     tokens: Annotated[int, operator.add]
-    final: ExecResult | None
+    final: Check | None
     final_node_id: str | None

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from veriloop.agents.base import OnAttempt, notify
-from veriloop.agents.common import gather_as_finished
+from veriloop.agents.common import finish_attempt, gather_as_finished
 from veriloop.agents.context import AgentContext
 from veriloop.agents.mucode import prompts
 from veriloop.agents.mucode.graph import ORACLE_WEIGHT, Deps, Scorer, ThreadedVerifier, episode
@@ -291,7 +291,12 @@ async def one_round(
         backend = ctx.backend if generator == ctx.backend.model_id else get_backend(_with_model(settings, generator))
         try:
             round_ctx = AgentContext(
-                settings=settings, backend=backend, sandbox=ctx.sandbox, store=ctx.store, run=ctx.run
+                settings=settings,
+                backend=backend,
+                sandbox=ctx.sandbox,
+                store=ctx.store,
+                run=ctx.run,
+                verifiers=ctx.verifiers,
             )
             current = await rollouts(tasks, round_ctx, options, iteration)
         finally:
@@ -406,10 +411,11 @@ async def expert_iteration(
             log(f"round {iteration} already finished (generator {generator}); skipped")
             continue
         record, current, chosen = await one_round(iteration, generator, key, folder, tasks, ctx, options, base)
-        ctx.store.add_exemplar(
+        await asyncio.to_thread(
+            ctx.store.add_exemplar,
             Exemplar(
                 kind=ITERATION_KIND, language="python", payload=asdict(record), iteration=iteration, run_id=ctx.run.id
-            )
+            ),
         )
         log(f"round {iteration} done: generator {record.generator}, verifier {record.verifier}, {record.metrics}")
         generator = record.generator
@@ -424,15 +430,13 @@ async def expert_iteration(
     for task in tasks:
         expert = chosen.get(task.id)
         winner = solved.get(task.id)
-        attempt = ctx.store.add_attempt(
-            Attempt(
-                run_id=ctx.run.id,
-                task_id=task.id,
-                status="passed" if winner is not None else "failed",
-                best_node_id=winner.final_node_id if winner is not None else None,
-                score=expert.score if expert is not None else None,
-                tokens=tokens[task.id],
-            )
+        attempt = await finish_attempt(
+            ctx,
+            task,
+            passed=winner is not None,
+            best_node_id=winner.final_node_id if winner is not None else None,
+            score=expert.score if expert is not None else None,
+            tokens=tokens[task.id],
         )
         attempts.append(attempt)
         await notify(on_attempt, attempt)

@@ -8,8 +8,9 @@
     select  -> confidence-aware decoding: argmax_a sum_{k: ans(y_k) = a} c_k over the final answers
                (or a plain majority vote, or trajectory 0), answers grouped by normalised code
 
-The tests only label the stored attempts (the data the curriculum learns from); the agent never
-sees them. The backend must score next tokens (`SelfVerifyingBackend`: the embedded one does).
+The task's verifier (its tests, unless the task names another judge) only labels the stored attempts (the data
+the curriculum learns from); the agent never sees its verdicts. The backend must score next tokens
+(`SelfVerifyingBackend`: the embedded one does).
 With `structured`, every attempt (first or refined) is decoded as one python block holding the task's
 function; a decision is never decoded, so it needs no constraint and cannot fail to parse.
 """
@@ -29,7 +30,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
 from veriloop.agents.checkpoint import thread_id
-from veriloop.agents.common import answer_constraint, run_graph, run_tests, share_passed, stable_seed
+from veriloop.agents.common import answer_constraint, check, finish_attempt, run_graph, stable_seed, store_nodes
 from veriloop.agents.context import AgentContext
 from veriloop.agents.revise import prompts
 from veriloop.agents.revise.state import ReviseOptions, ReviseState, Trajectory
@@ -109,35 +110,35 @@ def _params(options: ReviseOptions, task: Task, n: int, seed: int) -> SamplingPa
 
 
 async def _record_attempts(deps: Deps, trajectories: Sequence[Trajectory], completions: Sequence[Completion]) -> None:
-    """Test each new attempt, store it as a node under its trajectory's last decision, and add it to the trajectory."""
+    """Judge each new attempt with the task's verifier, store it as a node under its trajectory's last decision, and
+    add it to the trajectory."""
     ctx, task = deps.ctx, deps.task
     codes = [prompts.program_from_reply(task, completion.text) for completion in completions]
-    results = await asyncio.gather(*(run_tests(task, code, ctx) for code in codes))
+    checks = await asyncio.gather(*(check(task, code, ctx) for code in codes))
     base = prompts.task_messages(task)
-    for trajectory, completion, code, result in zip(trajectories, completions, codes, results, strict=True):
+    nodes = []
+    for trajectory, completion, code, checked in zip(trajectories, completions, codes, checks, strict=True):
         refining = bool(trajectory.attempt_ids)
         before = [Message(role="assistant", content=trajectory.transcript)] if trajectory.transcript else []
-        node = await asyncio.to_thread(
-            ctx.store.add_node,
-            Node(
-                run_id=ctx.run.id,
-                task_id=task.id,
-                parent_id=trajectory.verify_ids[-1] if refining else None,
-                depth=2 * trajectory.rounds,
-                role="refine" if refining else "generate",
-                messages=[*base, *before],
-                completion=completion,
-                code=code,
-                exec_result=result,
-                score=share_passed(result),
-                metadata={"trajectory": trajectory.index, STEP_KEY: trajectory.rounds},
-            ),
+        node = Node(
+            run_id=ctx.run.id,
+            task_id=task.id,
+            parent_id=trajectory.verify_ids[-1] if refining else None,
+            depth=2 * trajectory.rounds,
+            role="refine" if refining else "generate",
+            messages=[*base, *before],
+            completion=completion,
+            code=code,
+            **checked.node_fields(),
+            metadata={"trajectory": trajectory.index, STEP_KEY: trajectory.rounds},
         )
+        nodes.append(node)
         trajectory.attempt_ids.append(node.id)
         trajectory.codes.append(code)
-        trajectory.passed.append(result.passed)
+        trajectory.passed.append(checked.passed)
         trajectory.pending = prompts.attempt_segment(completion.text)
         trajectory.tokens += completion.usage.total_tokens
+    await store_nodes(ctx, nodes)
 
 
 async def answer(state: ReviseState, runtime: Runtime[Deps]) -> dict[str, Any]:
@@ -274,15 +275,12 @@ async def solve(
     final = await run_graph(graph, initial, deps, thread=thread_id(ctx.run.id, task.id), recursion_limit=64)
     trajectories = _load(final)
     chosen = trajectories[int(final["selected"])]
-    return await asyncio.to_thread(
-        ctx.store.add_attempt,
-        Attempt(
-            run_id=ctx.run.id,
-            task_id=task.id,
-            status="passed" if chosen.passed[-1] else "failed",
-            best_node_id=chosen.attempt_ids[-1],
-            score=1.0 if chosen.passed[-1] else 0.0,
-            tokens=sum(t.tokens for t in trajectories),
-            seconds=time.perf_counter() - started,
-        ),
+    return await finish_attempt(
+        ctx,
+        task,
+        passed=chosen.passed[-1],
+        started=started,
+        best_node_id=chosen.attempt_ids[-1],
+        score=1.0 if chosen.passed[-1] else 0.0,
+        tokens=sum(t.tokens for t in trajectories),
     )
