@@ -67,6 +67,11 @@ class Agent(ABC, Generic[OptionsT]):
         really uses). Default: as given; ReVISE swaps in a copy of the model with its decision tokens."""
         return settings
 
+    def takes(self, task: Task) -> bool:
+        """Whether a run of this method (with these options) covers `task` when no task ids are given: the runner
+        asks when a run is created, so the CLI, the API and workers run the same slice. Default: every task."""
+        return True
+
     @abstractmethod
     async def solve(self, task: Task, ctx: AgentContext) -> Attempt:
         """Solve one task; store its nodes and its Attempt and return the Attempt."""

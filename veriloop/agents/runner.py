@@ -21,6 +21,7 @@ from veriloop.agents import provenance
 from veriloop.agents.base import OnAttempt, make_agent
 from veriloop.agents.context import AgentContext
 from veriloop.config import LLMSettings, Settings
+from veriloop.errors import ConfigError
 from veriloop.llm.base import Backend
 from veriloop.records import Attempt, Run, RunStatus, Task
 from veriloop.sandbox import Sandbox
@@ -81,10 +82,39 @@ def create_run(
 ) -> Run:
     """Validate the agent's options and the suite slice, store the tasks, and store a pending run (with the model
     the agent's `prepare` chose)."""
+    run, _ = new_run(
+        store, settings, agent=agent, suite=suite, options=options, limit=limit, task_ids=task_ids, extra=extra
+    )
+    return run
+
+
+def new_run(
+    store: TrajectoryStore,
+    settings: Settings,
+    *,
+    agent: str,
+    suite: str,
+    options: dict[str, Any] | None = None,
+    limit: int | None = None,
+    task_ids: Sequence[str] = (),
+    extra: dict[str, Any] | None = None,
+) -> tuple[Run, Suite]:
+    """`create_run`, also returning the slice it stored, so a caller that executes the run here reads the suite once.
+
+    Without explicit `task_ids`, the slice is the suite's tasks the method takes (`Agent.takes`: F2STrans's
+    direction), kept as the run's task ids, so a run made by the CLI, the API or a worker covers the same tasks.
+    """
     method = make_agent(agent, options)
     validated = method.options.model_dump(mode="json")
     settings = type(method).prepare(settings)
-    chosen = load_suite(suite, settings).select(limit=limit, ids=tuple(task_ids))
+    loaded = load_suite(suite, settings)
+    if not task_ids:
+        taken = [task.id for task in loaded.tasks if method.takes(task)]
+        if not taken:
+            raise ConfigError(f"no task of suite {suite!r} is one {agent!r} takes with these options")
+        if len(taken) < len(loaded.tasks):
+            task_ids = taken
+    chosen = loaded.select(limit=limit, ids=tuple(task_ids))
     store.upsert_tasks(chosen.tasks)
     run_settings: dict[str, Any] = {
         "options": validated,
@@ -96,9 +126,10 @@ def create_run(
         **(extra or {}),
     }
     run = Run(agent=agent, suite=suite_key(suite), model=settings.llm.model, settings=run_settings)
-    return store.create_run(
+    stored = store.create_run(
         with_provenance(run, settings, agent_module=type(method).__module__, options=validated, suite=chosen)
     )
+    return stored, chosen
 
 
 RUN_KEYS = frozenset({"options", "limit", "task_ids", "suite_version", "llm", "sandbox", "provenance"})
@@ -141,13 +172,15 @@ async def execute_run(
     on_attempt: OnAttempt | None = None,
     only: Sequence[str] | None = None,
     finish: bool = True,
+    suite: Suite | None = None,
 ) -> tuple[Run, list[Attempt]]:
     """Run (or resume) a stored run to the end; returns the finished run and all of its attempts.
 
     A backend or sandbox passed in stays open (the caller owns it); ones made here are closed here.
     An exception marks the run failed with the error and propagates; cancellation marks it cancelled
     (unless it was sent with `PREEMPTED`). `only` limits this call to those task ids; with
-    `finish=False` the run's end status is left to the caller (a coordinator of several shards).
+    `finish=False` the run's end status is left to the caller (a coordinator of several shards). `suite` is the
+    run's slice when the caller has it already (`new_run`), so it is not read again.
     """
     from veriloop.llm import get_backend
     from veriloop.sandbox import get_sandbox
@@ -155,13 +188,14 @@ async def execute_run(
     run = store.get_run(run_id)
     settings = settings_for_run(settings, run)
     agent = make_agent(run.agent, run.settings.get("options"))
-    suite = suite_of(run, settings)
+    suite = suite if suite is not None else suite_of(run, settings)
     todo = todo_tasks(store, run, suite)
     if only is not None:
         wanted = set(only)
         todo = [task for task in todo if task.id in wanted]
     run = store.set_run_status(run.id, RunStatus.RUNNING)
     own_backend, own_sandbox = backend is None, sandbox is None
+    ctx: AgentContext | None = None
     try:
         backend = backend if backend is not None else get_backend(settings)
         sandbox = sandbox if sandbox is not None else get_sandbox(settings)
@@ -180,6 +214,8 @@ async def execute_run(
         store.finish_run(run.id, status, error=f"{type(exc).__name__}: {exc}")
         raise
     finally:
+        if ctx is not None:
+            await ctx.aclose()
         if own_backend and backend is not None:
             await backend.aclose()
         if own_sandbox and sandbox is not None:

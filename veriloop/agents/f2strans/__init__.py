@@ -19,6 +19,7 @@ from veriloop.agents.f2strans.graph import run_episode
 from veriloop.agents.f2strans.state import F2STransOptions
 from veriloop.errors import ConfigError
 from veriloop.records import Attempt, Task
+from veriloop.tasks.transcoder import has_direction
 
 __all__ = ["F2STransAgent", "F2STransOptions"]
 
@@ -28,6 +29,10 @@ class F2STransAgent(CheckpointedAgent[F2STransOptions]):
 
     name = "f2strans"
     Options = F2STransOptions
+
+    def takes(self, task: Task) -> bool:
+        """Only the functions that have both sides of the direction (a run names other tasks explicitly)."""
+        return has_direction(task, self.options.source, self.options.target)
 
     async def solve(self, task: Task, ctx: AgentContext) -> Attempt:
         try:
