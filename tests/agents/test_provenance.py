@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,3 +71,40 @@ def test_verifier_versions_follow_the_task_languages(tmp_path: Path) -> None:
     assert provenance.verifier_versions(settings, [python]) == {}
     found = provenance.verifier_versions(settings, [dafny, python])
     assert list(found) == ["dafny"] and found["dafny"][:1].isdigit()  # Debian's Dafny 2.3
+
+
+class ToySandbox:
+    """A sandbox backend registered by this test alone: provenance must ask it, not know it."""
+
+    name = "toy"
+    version = "toy-0"
+
+    @classmethod
+    def installed_version(cls, settings: object) -> str:
+        return "toy-1.2"
+
+
+def test_the_sandbox_reports_its_own_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import platform
+
+    from veriloop.sandbox import SANDBOXES
+
+    process = load_settings(paths={"home": tmp_path}, sandbox={"backend": "process"})
+    assert provenance.sandbox_version(process)["version"] == platform.python_version()
+    docker = load_settings(paths={"home": tmp_path}, sandbox={"backend": "docker", "docker_image": "veriloop/x:7"})
+    assert provenance.sandbox_version(docker)["version"] == "veriloop/x:7"  # the image; no engine is reached
+    monkeypatch.setattr(SANDBOXES, "_entries", dict(SANDBOXES))
+    SANDBOXES.register("toy", f"{__name__}:ToySandbox")
+    toy = load_settings(paths={"home": tmp_path}, sandbox={"backend": "toy"})
+    assert provenance.sandbox_version(toy) == {"backend": "toy", "version": "toy-1.2", "python": sys.executable}
+    unknown = load_settings(paths={"home": tmp_path}, sandbox={"backend": "nowhere"})
+    assert provenance.sandbox_version(unknown)["version"] == ""  # a probe that fails records ""
+
+
+def test_a_verifier_whose_tool_is_missing_records_an_empty_version(tmp_path: Path) -> None:
+    settings = load_settings(
+        paths={"home": tmp_path}, verifiers={"dafny": str(tmp_path / "no-dafny"), "verus": str(tmp_path / "no-verus")}
+    )
+    dafny = Task(id="d/1", suite="s", language="dafny", prompt="p", tests="")
+    rust = Task(id="r/1", suite="s", language="rust", prompt="p", tests="")
+    assert provenance.verifier_versions(settings, [dafny, rust]) == {"dafny": "", "verus": ""}

@@ -139,6 +139,10 @@ class ToyVerifier:
     def from_settings(cls, settings: Settings) -> ToyVerifier:
         return cls(settings.verifiers.command("toy"))
 
+    @classmethod
+    def installed_version(cls, settings: Settings) -> str:
+        return "0.1"
+
     async def version(self) -> str:
         return "0.1"
 

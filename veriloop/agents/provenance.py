@@ -192,40 +192,31 @@ def suite_hash(tasks: tuple[Task, ...] | list[Task]) -> str:
 
 
 def sandbox_version(settings: Settings) -> dict[str, str]:
-    backend = settings.sandbox.backend
-    version = ""
-    if backend == "bwrap":
-        from veriloop.sandbox.bwrap import bwrap_version
+    """The configured sandbox backend and what it runs on, as the backend itself reports it without starting."""
+    from veriloop.sandbox import SANDBOXES
 
-        version = bwrap_version()
-    elif backend == "docker":
-        version = settings.sandbox.docker_image
-    elif backend == "process":
-        version = platform.python_version()
+    backend = settings.sandbox.backend
+    try:
+        version = SANDBOXES.load(backend).installed_version(settings)
+    except (VeriloopError, OSError):  # an unknown name, a missing package, a probe that failed: nothing to record
+        version = ""
     return {"backend": backend, "version": version, "python": sys.executable}
 
 
 def verifier_versions(settings: Settings, tasks: tuple[Task, ...] | list[Task]) -> dict[str, str]:
-    """Versions of the verifiers the slice's tasks go to ('' when the tool is not installed)."""
-    from veriloop.verifiers.base import tool_version
+    """Versions of the verifiers the slice's tasks go to ('' when the tool is not installed), each as its verifier
+    reads it."""
+    from veriloop.verifiers.base import VERIFIERS
     from veriloop.verifiers.target import proof_verifier
 
     proved = {task.language for task in tasks if task.language != "python" or task.spec}  # Python: specs only
     wanted = {name for name in map(proof_verifier, proved) if name is not None}
-    cache_dir = settings.paths.cache_dir
     found: dict[str, str] = {}
     for name in sorted(wanted):
-        if name == "dafny":
-            found[name] = tool_version(settings.verifiers.dafny, ["/version"], r"Dafny\s+(\S+)", cache_dir)
-        elif name == "verus":
-            pattern = r"[Vv]erus\S*\s+(?:[Vv]ersion\s*)?:?\s*(\S+)"
-            found[name] = tool_version(settings.verifiers.verus, ["--version"], pattern, cache_dir)
-        else:
-            from veriloop.verifiers.nagini import default_python
-
-            python = str(default_python(settings))
-            probe = "import importlib.metadata as m; print('nagini', m.version('nagini'))"
-            found[name] = tool_version(python, ["-c", probe], r"nagini (\S+)", cache_dir)
+        try:
+            found[name] = VERIFIERS.load(name).installed_version(settings)
+        except (VeriloopError, OSError):
+            found[name] = ""
     return found
 
 

@@ -3,7 +3,7 @@
 `get_sandbox(settings).run(job)` returns an ExecResult; `languages` builds jobs for programs and tests.
 """
 
-from veriloop.sandbox.base import SANDBOXES, Sandbox, Toolchain, default_limits, get_sandbox
+from veriloop.sandbox.base import SANDBOXES, Sandbox, SandboxBackend, Toolchain, default_limits, get_sandbox
 from veriloop.sandbox.job import Checks, Job, Limits, StdioCase, Step, simple_job
 
 __all__ = [
@@ -12,6 +12,7 @@ __all__ = [
     "Job",
     "Limits",
     "Sandbox",
+    "SandboxBackend",
     "StdioCase",
     "Step",
     "Toolchain",

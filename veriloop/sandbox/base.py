@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Self, runtime_checkable
 
 from veriloop.config import Settings
 from veriloop.records import ExecResult, ExecStatus, TestOutcome
@@ -33,12 +33,30 @@ class Sandbox(Protocol):
     @property
     def toolchain(self) -> Toolchain: ...
 
+    @property
+    def version(self) -> str:
+        """The backend's version as each ExecResult records it (`sandbox_version`)."""
+        ...
+
     async def run(self, job: Job) -> ExecResult: ...
 
     async def aclose(self) -> None: ...
 
 
-SANDBOXES: Registry[Sandbox] = Registry(
+class SandboxBackend(Sandbox, Protocol):
+    """A class in `SANDBOXES`: built from settings, and able to say what it runs on without being built."""
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Self: ...
+
+    @classmethod
+    def installed_version(cls, settings: Settings) -> str:
+        """What a run's provenance records for this backend, read without starting it (building one can start
+        workers or reach a Docker engine); '' when it cannot tell."""
+        ...
+
+
+SANDBOXES: Registry[type[SandboxBackend]] = Registry(
     "sandbox",
     {
         "bwrap": "veriloop.sandbox.bwrap:BwrapSandbox",
@@ -50,9 +68,7 @@ SANDBOXES: Registry[Sandbox] = Registry(
 
 def get_sandbox(settings: Settings, name: str | None = None) -> Sandbox:
     """The sandbox backend named in settings (or `name`), built from settings."""
-    cls: Any = SANDBOXES.load(name or settings.sandbox.backend)
-    sandbox: Sandbox = cls.from_settings(settings)
-    return sandbox
+    return SANDBOXES.load(name or settings.sandbox.backend).from_settings(settings)
 
 
 def default_limits(settings: Settings) -> Limits:

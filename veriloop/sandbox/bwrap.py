@@ -40,6 +40,7 @@ from veriloop.errors import SandboxError
 from veriloop.records import ExecResult
 from veriloop.sandbox.base import (
     RUNNER,
+    SandboxBackend,
     Toolchain,
     assemble,
     cache_runner_bytecode,
@@ -220,6 +221,10 @@ class BwrapSandbox:
     def from_settings(cls, settings: Settings) -> BwrapSandbox:
         section = settings.sandbox
         return cls(warm_workers=section.warm_workers, work_root=section.work_root, cgroups=section.cgroups)
+
+    @classmethod
+    def installed_version(cls, settings: Settings) -> str:
+        return bwrap_version()
 
     def _fallback(self, job: Job, group: JobCgroup | None) -> dict[str, int]:
         """The rlimits this job needs on top of its spec: none with a cgroup, memory and processes without one."""
@@ -514,3 +519,7 @@ _live: weakref.WeakSet[BwrapSandbox] = weakref.WeakSet()
 def _close_all() -> None:
     for sandbox in list(_live):
         sandbox.close()
+
+
+_CHECKED: type[SandboxBackend] = BwrapSandbox
+"""mypy checks here that the class has every member of the protocol the registry uses."""

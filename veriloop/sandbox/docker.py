@@ -34,6 +34,7 @@ from veriloop.records import ExecResult, ExecStatus
 from veriloop.sandbox.base import (
     RUNNER,
     TOOLS,
+    SandboxBackend,
     Toolchain,
     assemble,
     cache_runner_bytecode,
@@ -131,6 +132,10 @@ class DockerSandbox:
             work_root=section.work_root,
             url=section.docker_url,
         )
+
+    @classmethod
+    def installed_version(cls, settings: Settings) -> str:
+        return settings.sandbox.docker_image  # the image is the toolchain; the engine's version needs the engine
 
     def client(self) -> Any:
         if self._client is None:
@@ -378,3 +383,7 @@ _live: weakref.WeakSet[DockerSandbox] = weakref.WeakSet()
 def _close_all() -> None:
     for sandbox in list(_live):
         sandbox.close()
+
+
+_CHECKED: type[SandboxBackend] = DockerSandbox
+"""mypy checks here that the class has every member of the protocol the registry uses."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import platform
 import shutil
 import signal
 import subprocess
@@ -27,6 +28,7 @@ from veriloop.errors import SandboxError
 from veriloop.records import ExecResult, ExecStatus
 from veriloop.sandbox.base import (
     RUNNER,
+    SandboxBackend,
     Toolchain,
     assemble,
     cache_runner_bytecode,
@@ -65,6 +67,10 @@ class ProcessSandbox:
     @classmethod
     def from_settings(cls, settings: Settings) -> ProcessSandbox:
         return cls(allow_unsafe=settings.sandbox.allow_unsafe, work_root=settings.sandbox.work_root)
+
+    @classmethod
+    def installed_version(cls, settings: Settings) -> str:
+        return platform.python_version()  # jobs run on this interpreter, nothing else
 
     @property
     def toolchain(self) -> Toolchain:
@@ -119,3 +125,7 @@ class ProcessSandbox:
 
     async def aclose(self) -> None:
         return None
+
+
+_CHECKED: type[SandboxBackend] = ProcessSandbox
+"""mypy checks here that the class has every member of the protocol the registry uses."""

@@ -8,7 +8,17 @@ from __future__ import annotations
 
 from veriloop.config import Settings
 from veriloop.store import TrajectoryStore
-from veriloop.verifiers.base import VERIFIERS, ToolRun, Verifier, load_verifier, node_score, run_tool
+from veriloop.verifiers.base import (
+    VERIFIERS,
+    FormalVerifier,
+    ReadingVerifier,
+    RegisteredVerifier,
+    ToolRun,
+    Verifier,
+    load_verifier,
+    node_score,
+    run_tool,
+)
 from veriloop.verifiers.cache import CachedVerifier, cache_key
 from veriloop.verifiers.guard import GuardedVerifier, guarded
 from veriloop.verifiers.target import VerifierTarget, verifier_target
@@ -23,9 +33,8 @@ def get_verifier(
     cache: bool | None = None,
 ) -> Verifier:
     """The verifier `name`, with the guard and the cache as the settings (or the arguments) say."""
-    verifier = load_verifier(name, settings)
-    if settings.verifiers.guard if guard is None else guard:
-        verifier = guarded(verifier)
+    loaded = load_verifier(name, settings)
+    verifier = guarded(loaded) if (settings.verifiers.guard if guard is None else guard) else loaded
     if store is not None and (settings.verifiers.cache if cache is None else cache):
         verifier = CachedVerifier(verifier, store)
     return verifier
@@ -34,7 +43,10 @@ def get_verifier(
 __all__ = [
     "VERIFIERS",
     "CachedVerifier",
+    "FormalVerifier",
     "GuardedVerifier",
+    "ReadingVerifier",
+    "RegisteredVerifier",
     "ToolRun",
     "Verifier",
     "VerifierTarget",

@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
 from veriloop.config import Settings
 from veriloop.errors import ConfigError, SandboxError
@@ -26,10 +26,15 @@ from veriloop.records import Candidate, Task, VerifyResult, VerifyStatus
 from veriloop.registry import Registry
 from veriloop.sandbox.tools import ENV, ToolSandbox, joiner, release
 
+if TYPE_CHECKING:
+    from veriloop.verifiers.target import VerifierTarget
+
 
 @runtime_checkable
 class Verifier(Protocol):
-    """Judges a candidate against its task; never raises for what the candidate contains."""
+    """Judges a candidate against its task; never raises for what the candidate contains.
+
+    What callers use: the registered verifiers follow it, and so do the wrappers (guard, cache) and test doubles."""
 
     name: str
 
@@ -44,7 +49,48 @@ class Verifier(Protocol):
     async def aclose(self) -> None: ...
 
 
-VERIFIERS: Registry[Any] = Registry(
+@runtime_checkable
+class RegisteredVerifier(Verifier, Protocol):
+    """A class in `VERIFIERS`: built from settings, described by its target, able to name its tool's version.
+
+    Everything the rest of veriloop asks of a verifier by name goes through these members, so none of it lists
+    the verifiers it knows."""
+
+    target: VerifierTarget
+    """The language it checks, as the guard, the CLI, the task suites and AlphaVerus read it (`target.py`); a class
+    attribute, read without building the verifier."""
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Self: ...
+
+    @classmethod
+    def installed_version(cls, settings: Settings) -> str:
+        """The version of the tool these settings name, read without starting it ('' when it does not run): what a
+        run's provenance records, where building the verifier could cost a JVM start."""
+        ...
+
+
+@runtime_checkable
+class FormalVerifier(RegisteredVerifier, Protocol):
+    """A verifier that proves a program against the specification it states; its target names a guard dialect."""
+
+    async def check(self, code: str) -> VerifyResult:
+        """The verdict on a whole program: the guard's triviality probes send their rewritten programs here."""
+        ...
+
+
+@runtime_checkable
+class ReadingVerifier(Protocol):
+    """What a formal verifier whose tool prints the program back as it parsed it (Dafny's `/dprint`) adds: a
+    capability of its own, so the guard asks for it alone (a verifier without it is guarded without the reading)."""
+
+    async def parsed(self, code: str) -> str | None:
+        """The program as the tool's parser read it; None where it does not print it. The guard looks for escapes
+        in that reading after a `verified`, so a program its lexer reads otherwise than the tool cannot pass."""
+        ...
+
+
+VERIFIERS: Registry[type[RegisteredVerifier]] = Registry(
     "verifier",
     {
         "tests": "veriloop.verifiers.tests:TestsVerifier",
@@ -55,11 +101,9 @@ VERIFIERS: Registry[Any] = Registry(
 )
 
 
-def load_verifier(name: str, settings: Settings) -> Verifier:
+def load_verifier(name: str, settings: Settings) -> RegisteredVerifier:
     """The bare verifier `name` (no guard, no cache)."""
-    cls = VERIFIERS.load(name)
-    verifier: Verifier = cls.from_settings(settings)
-    return verifier
+    return VERIFIERS.load(name).from_settings(settings)
 
 
 # --------------------------------------------------------------------------- running tools

@@ -17,11 +17,21 @@ from veriloop.config import Settings
 from veriloop.records import Candidate, Diagnostic, Task, VerifyResult, VerifyStatus
 from veriloop.sandbox.tools import DEFAULT as DEFAULT_SANDBOX
 from veriloop.sandbox.tools import ToolSandbox
-from veriloop.verifiers.base import infra_error, node_score, run_tool, tool_sandbox, tool_version
+from veriloop.verifiers.base import (
+    FormalVerifier,
+    ReadingVerifier,
+    infra_error,
+    node_score,
+    run_tool,
+    tool_sandbox,
+    tool_version,
+)
 from veriloop.verifiers.guard import DAFNY
 from veriloop.verifiers.target import VerifierTarget
 
 SOURCE = "program.dfy"
+VERSION = r"Dafny\s+(\S+)"
+"""The version in what `dafny /version` prints (one spelling for the verifier and for a run's provenance)."""
 
 _DIAG = re.compile(
     r"^(?P<file>[^\s()][^()]*?)\((?P<line>\d+),(?P<col>\d+)\):\s*"
@@ -123,6 +133,11 @@ def parse_output(text: str) -> DafnyReport:
     )
 
 
+def dafny_version(command: str, cache_dir: Path | None = None) -> str:
+    """The version `command` reports, memoised per binary ('' when it does not run)."""
+    return tool_version(command, ["/version"], VERSION, cache_dir)
+
+
 def _diag(severity: Any, kind: str, message: str, match: re.Match[str]) -> Diagnostic:
     code = match.group("code")
     return Diagnostic(
@@ -203,6 +218,10 @@ class DafnyVerifier:
             sandbox=tool_sandbox(settings),
         )
 
+    @classmethod
+    def installed_version(cls, settings: Settings) -> str:
+        return dafny_version(settings.verifiers.dafny, settings.paths.cache_dir)
+
     def options(self) -> dict[str, Any]:
         return {"time_limit_s": self.time_limit_s, "timeout_s": self.timeout_s}
 
@@ -215,9 +234,7 @@ class DafnyVerifier:
     async def version(self) -> str:
         async with self._lock:
             if not self._version:
-                self._version = await asyncio.to_thread(
-                    tool_version, self.command, ["/version"], r"Dafny\s+(\S+)", self.cache_dir
-                )
+                self._version = await asyncio.to_thread(dafny_version, self.command, self.cache_dir)
             return self._version
 
     async def verify(self, candidate: Candidate, task: Task) -> VerifyResult:
@@ -268,3 +285,8 @@ class DafnyVerifier:
 
     async def aclose(self) -> None:
         return None
+
+
+_CHECKED: type[FormalVerifier] = DafnyVerifier
+"""mypy checks here that the class has every member of the protocols the guard and the registry use."""
+_READS: type[ReadingVerifier] = DafnyVerifier

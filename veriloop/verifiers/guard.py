@@ -29,9 +29,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from veriloop.errors import ConfigError
 from veriloop.records import Candidate, Task, VerifyResult, VerifyStatus
 from veriloop.verifiers import closure, lexer, semantic
-from veriloop.verifiers.base import Verifier
+from veriloop.verifiers.base import FormalVerifier, ReadingVerifier, RegisteredVerifier, Verifier
 from veriloop.verifiers.spec import (
     Contract,
     Language,
@@ -791,18 +792,16 @@ DIALECTS = {"dafny": DAFNY, "nagini": NAGINI, "verus": VERUS}
 class GuardedVerifier:
     """Wraps a formal verifier: static rules before the tool, triviality probes after a `verified`."""
 
-    def __init__(self, inner: Any, dialect: Dialect) -> None:
+    def __init__(self, inner: FormalVerifier, dialect: Dialect) -> None:
         self.inner = inner
         self.dialect = dialect
         self.name = inner.name
 
     async def version(self) -> str:
-        version: str = await self.inner.version()
-        return version
+        return await self.inner.version()
 
     def options(self) -> dict[str, Any]:
-        options: dict[str, Any] = self.inner.options()
-        return {**options, "guard": 2}
+        return {**self.inner.options(), "guard": 2}
 
     async def verify(self, candidate: Candidate, task: Task) -> VerifyResult:
         spec = task.spec
@@ -811,7 +810,7 @@ class GuardedVerifier:
             return VerifyResult(
                 status=VerifyStatus.REJECTED, tool=self.name, version=await self.version(), score=-1.0, reason=reason
             )
-        result: VerifyResult = await self.inner.verify(candidate, task)
+        result = await self.inner.verify(candidate, task)
         if result.status is not VerifyStatus.VERIFIED:
             return result
         reason = trusted_warning(self.dialect, result)
@@ -826,21 +825,25 @@ class GuardedVerifier:
 
     async def _reading(self, code: str, spec: str | None) -> str | None:
         """The escapes in the program as the tool parsed it, where the tool can print its reading (Dafny)."""
-        parsed = getattr(self.inner, "parsed", None)
-        if parsed is None:
+        if not isinstance(self.inner, ReadingVerifier):
             return None
-        printed: str | None = await parsed(code)
+        printed = await self.inner.parsed(code)
         return reading_check(self.dialect, printed, spec) if printed else None
 
     async def aclose(self) -> None:
         await self.inner.aclose()
 
 
-def guarded(verifier: Verifier) -> Verifier:
-    """The verifier with the spec guard when its descriptor names a dialect (the `tests` verifier has none)."""
-    target = getattr(verifier, "target", None)
-    dialect = getattr(target, "dialect", None)
+def guarded(verifier: RegisteredVerifier) -> Verifier:
+    """The verifier with the spec guard when its descriptor names a dialect (the `tests` verifier has none).
+
+    A verifier with a dialect that lacks a member of `FormalVerifier` is refused rather than left unguarded."""
+    dialect = verifier.target.dialect
     if dialect is None:
         return verifier
-    wrapped: Verifier = GuardedVerifier(verifier, dialect)
-    return wrapped
+    if not isinstance(verifier, FormalVerifier):
+        raise ConfigError(
+            f"verifier {verifier.name!r} names a guard dialect, so it must follow FormalVerifier (verifiers/base.py): "
+            "name, target, version, options, verify, check, aclose, from_settings and installed_version"
+        )
+    return GuardedVerifier(verifier, dialect)

@@ -35,12 +35,15 @@ from veriloop.sandbox.cgroups import JobCgroup
 from veriloop.sandbox.tools import DEFAULT as DEFAULT_SANDBOX
 from veriloop.sandbox.tools import ENV as TOOL_ENV
 from veriloop.sandbox.tools import JOB_DIR, ToolSandbox, joiner, release
-from veriloop.verifiers.base import infra_error, node_score, tool_sandbox
+from veriloop.verifiers.base import FormalVerifier, infra_error, node_score, tool_sandbox, tool_version
 from veriloop.verifiers.guard import NAGINI
 from veriloop.verifiers.target import VerifierTarget, hash_comments
 
 WORKER = Path(__file__).with_name("nagini_worker.py")
 START_TIMEOUT_S = 600.0
+VERSION_PROBE = "import importlib.metadata as m; print('nagini', m.version('nagini'))"
+"""What the virtualenv's Python is asked for a version without starting the JVM (the worker reports the same)."""
+VERSION = r"nagini (\S+)"
 
 CLASSES: tuple[tuple[str, str], ...] = (
     ("postcondition", "postcondition"),
@@ -77,6 +80,11 @@ def default_python(settings: Settings) -> Path:
     if beside.exists():
         return beside
     return settings.paths.home / "nagini-venv" / "bin" / "python"
+
+
+def nagini_version(python: Path, cache_dir: Path | None = None) -> str:
+    """The Nagini installed in the virtualenv of `python`, memoised per interpreter ('' when it is missing)."""
+    return tool_version(str(python), ["-c", VERSION_PROBE], VERSION, cache_dir)
 
 
 class WorkerError(Exception):
@@ -367,6 +375,10 @@ class NaginiVerifier:
             sandbox=tool_sandbox(settings),
         )
 
+    @classmethod
+    def installed_version(cls, settings: Settings) -> str:
+        return nagini_version(default_python(settings), settings.paths.cache_dir)
+
     def options(self) -> dict[str, Any]:
         return {"timeout_s": self.timeout_s, "backend": "silicon"}
 
@@ -418,5 +430,8 @@ class NaginiVerifier:
     async def aclose(self) -> None:
         return None  # the worker is shared by the process; close_workers() ends it
 
+
+_CHECKED: type[FormalVerifier] = NaginiVerifier
+"""mypy checks here that the class has every member of the protocols the guard and the registry use."""
 
 atexit.register(close_workers)

@@ -70,7 +70,10 @@ def hash_comments(code: str) -> str:
 
 
 def verifier_target(name: str) -> VerifierTarget:
-    """The descriptor of the verifier registered as `name` (imports its module; unknown names list the rest)."""
+    """The descriptor of the verifier registered as `name` (imports its module; unknown names list the rest).
+
+    The registry imports by name, so mypy cannot see what a registry line points at: a class without a descriptor
+    fails here with what it lacks rather than later with an AttributeError."""
     target = getattr(VERIFIERS.load(name), "target", None)
     if not isinstance(target, VerifierTarget):
         raise ConfigError(f"verifier {name!r} declares no target descriptor (a `target = VerifierTarget(...)`)")

@@ -15,7 +15,7 @@ from veriloop.records import Candidate, Diagnostic, ExecResult, ExecStatus, Task
 from veriloop.sandbox import Sandbox, default_limits, get_sandbox
 from veriloop.sandbox.job import Limits
 from veriloop.sandbox.languages import harness_job, prompt_helpers, python_tests_job
-from veriloop.verifiers.base import infra_error, node_score
+from veriloop.verifiers.base import RegisteredVerifier, infra_error, node_score
 from veriloop.verifiers.target import VerifierTarget
 
 STATUS = {
@@ -80,6 +80,10 @@ class TestsVerifier:
     def from_settings(cls, settings: Settings) -> TestsVerifier:
         return cls(get_sandbox(settings), default_limits(settings))
 
+    @classmethod
+    def installed_version(cls, settings: Settings) -> str:
+        return settings.sandbox.backend  # what `version()` says: the sandbox the tests run in
+
     def options(self) -> dict[str, Any]:
         return {"limits": self.limits.model_dump(mode="json")}
 
@@ -117,3 +121,7 @@ class TestsVerifier:
 
     async def aclose(self) -> None:
         await self.sandbox.aclose()
+
+
+_CHECKED: type[RegisteredVerifier] = TestsVerifier
+"""mypy checks here that the class has every member of the protocol the registry uses."""

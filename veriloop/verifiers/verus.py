@@ -21,12 +21,14 @@ from veriloop.config import Settings
 from veriloop.records import Candidate, Diagnostic, Task, VerifyResult, VerifyStatus
 from veriloop.sandbox.tools import DEFAULT as DEFAULT_SANDBOX
 from veriloop.sandbox.tools import ToolSandbox
-from veriloop.verifiers.base import infra_error, node_score, run_tool, tool_sandbox, tool_version
+from veriloop.verifiers.base import FormalVerifier, infra_error, node_score, run_tool, tool_sandbox, tool_version
 from veriloop.verifiers.guard import VERUS
 from veriloop.verifiers.spec import rust_comments
 from veriloop.verifiers.target import VerifierTarget
 
 SOURCE = "program.rs"
+VERSION = r"[Vv]erus\S*\s+(?:[Vv]ersion\s*)?:?\s*(\S+)"
+"""The version in what `verus --version` prints (one spelling for the verifier and for a run's provenance)."""
 _BLOCK = re.compile(r"^(error|warning|note)(?:\[\w+\])?: (.+)$")
 _LOCATION = re.compile(r"^\s*--> (.+):(\d+):(\d+)$")
 _SOURCE_LINE = re.compile(r"^\s*(\d+)\s*\|")
@@ -166,6 +168,11 @@ def _json_blocks(stderr: str) -> list[ErrorBlock]:
     return blocks
 
 
+def verus_version(command: str, cache_dir: Path | None = None) -> str:
+    """The version `command` reports, memoised per binary ('' when it is not installed)."""
+    return tool_version(command, ["--version"], VERSION, cache_dir)
+
+
 def judge(returncode: int | None, timed_out: bool, stdout: str, stderr: str) -> VerifyResult:
     report = parse_output(stdout, stderr)
     diagnostics = [
@@ -257,6 +264,10 @@ class VerusVerifier:
             sandbox=tool_sandbox(settings, *([Path(found).resolve().parent] if found else [])),
         )
 
+    @classmethod
+    def installed_version(cls, settings: Settings) -> str:
+        return verus_version(settings.verifiers.verus, settings.paths.cache_dir)
+
     @property
     def available(self) -> bool:
         return shutil.which(self.command) is not None
@@ -266,13 +277,7 @@ class VerusVerifier:
 
     async def version(self) -> str:
         if not self._version:
-            self._version = await asyncio.to_thread(
-                tool_version,
-                self.command,
-                ["--version"],
-                r"(?:Verus|verus)\S*\s+(?:[Vv]ersion\s*)?:?\s*(\S+)",
-                self.cache_dir,
-            )
+            self._version = await asyncio.to_thread(verus_version, self.command, self.cache_dir)
         return self._version
 
     async def _json_supported(self) -> bool:
@@ -300,3 +305,7 @@ class VerusVerifier:
 
     async def aclose(self) -> None:
         return None
+
+
+_CHECKED: type[FormalVerifier] = VerusVerifier
+"""mypy checks here that the class has every member of the protocols the guard and the registry use."""
