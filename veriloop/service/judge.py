@@ -37,7 +37,7 @@ from veriloop.records import Message as ChatMessage
 from veriloop.search.judge import Judge, JudgeCandidate, RewardOptions, Verdict
 from veriloop.service.contract import JSONRoute, as_json
 from veriloop.service.deps import app_store, settings_of
-from veriloop.service.http_errors import APIError, error_response
+from veriloop.service.http_errors import APIError, error_response, sse_event_schema
 from veriloop.service.openai_schema import ErrorResponse
 
 PATH = "/api/judge"
@@ -445,7 +445,14 @@ async def cancel_judge_job(job_id: str, service: ServiceDep) -> JudgeJob:
     responses={
         **NOT_FOUND,
         401: ERRORS[401],
-        200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}, "description": "progress, then end"},
+        200: {
+            "content": {
+                "text/event-stream": {
+                    "schema": sse_event_schema(("progress", "end"), "The job's id, status, done, total and passed.")
+                }
+            },
+            "description": "progress, then end",
+        },
     },
 )
 async def judge_job_events(
