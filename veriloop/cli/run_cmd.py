@@ -3,8 +3,9 @@
 Every registered agent gets a subcommand generated from its options model (`method_command`); a method
 that needs its own default suite, old flag spellings or report writes it in `run_<method>_cmd.py`. Either
 way the flags come from the options model (`cli/options.py`) and go to `run_agent`, which creates the run,
-executes it with a progress bar, and prints a per-task table (or JSON). `veriloop run resume RUN_ID`
-continues any interrupted run.
+executes it with a progress bar, and prints a per-task table (or JSON), reading the suite once and opening the
+store once (`execute_and_report` is the path every command that executes a run shares). `veriloop run resume
+RUN_ID` continues any interrupted run.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import asyncio
 import inspect
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -26,6 +27,10 @@ from veriloop.records import Attempt, Run
 
 if TYPE_CHECKING:
     from veriloop.store import TrajectoryStore
+    from veriloop.tasks import Suite
+
+Reporter = Callable[["TrajectoryStore", Run, list[Attempt], float], None]
+"""A method's own report of a finished run: (store, run, attempts, seconds), printed as JSON or a table."""
 
 
 class MethodGroup(TyperGroup):
@@ -82,33 +87,31 @@ def _finished_count(store: TrajectoryStore, run_id: str) -> int:
 
 
 async def _execute(
-    settings: Settings, run: Run, total: int, executor: str | None = None
+    settings: Settings, store: TrajectoryStore, run: Run, suite: Suite, executor: str | None = None
 ) -> tuple[Run, list[Attempt], float]:
+    """Execute `run` on its slice `suite` with a progress bar: here (`local`), or on an executor whose processes write
+    the attempts, polled from `store` for the bar."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from veriloop.agents.runner import execute_run, suite_attempts, suite_of
+    from veriloop.agents.runner import execute_run, suite_attempts
     from veriloop.service.executor import get_executor
-    from veriloop.store import TrajectoryStore
 
     name = executor_name(settings, executor)
     started = time.perf_counter()
-    with (
-        TrajectoryStore.from_settings(settings) as store,
-        Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-            transient=True,
-        ) as progress,
-    ):
-        bar = progress.add_task(f"{run.agent} on {run.suite} ({name})", total=total)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as progress:
+        bar = progress.add_task(f"{run.agent} on {run.suite} ({name})", total=len(suite.tasks))
         progress.update(bar, completed=_finished_count(store, run.id))
         if name == "local":
             finished, attempts = await execute_run(
-                settings, store, run.id, on_attempt=lambda _attempt: progress.advance(bar)
+                settings, store, run.id, on_attempt=lambda _attempt: progress.advance(bar), suite=suite
             )
             return finished, attempts, time.perf_counter() - started
         remote = get_executor(settings, name)
@@ -124,8 +127,31 @@ async def _execute(
         finally:
             watcher.cancel()
             await remote.aclose()
-        attempts = suite_attempts(store, run.id, suite_of(finished, settings))
+        attempts = suite_attempts(store, run.id, suite)
     return finished, attempts, time.perf_counter() - started
+
+
+def execute_and_report(
+    settings: Settings,
+    store: TrajectoryStore,
+    run: Run,
+    suite: Suite | None,
+    *,
+    executor: str | None,
+    as_json: bool,
+    report: Reporter | None = None,
+) -> tuple[Run, list[Attempt]]:
+    """The one way a command runs a stored run: on its slice (read here only when the caller has not), then the
+    report (default `report_run`), all on the caller's store."""
+    from veriloop.agents.runner import suite_of
+
+    suite = suite if suite is not None else suite_of(run, settings)
+    finished, attempts, seconds = asyncio.run(_execute(settings, store, run, suite, executor))
+    if report is None:
+        report_run(finished, attempts, seconds, as_json)
+    else:
+        report(store, finished, attempts, seconds)
+    return finished, attempts
 
 
 def report_run(run: Run, attempts: Sequence[Attempt], seconds: float, as_json: bool) -> None:
@@ -178,21 +204,28 @@ def run_agent(
     task_ids: Sequence[str] | None,
     as_json: bool,
     executor: str | None = None,
+    extra: dict[str, Any] | None = None,
+    report: Reporter | None = None,
 ) -> tuple[Run, list[Attempt]]:
-    """Create a run of `agent` on the suite slice, execute it with progress, print the report."""
-    from veriloop.agents.runner import create_run, suite_of
+    """Create a run of `agent` on the suite slice, execute it with progress, print the report: the suite is read
+    once and the store opened once (`report`, if given, prints from that store instead of `report_run`)."""
+    from veriloop.agents.runner import new_run
     from veriloop.store import TrajectoryStore
 
     settings = state(ctx).settings()
     executor = executor_name(settings, executor)
     with TrajectoryStore.from_settings(settings) as store:
-        run = create_run(
-            store, settings, agent=agent, suite=suite, options=options, limit=limit, task_ids=task_ids or ()
+        run, chosen = new_run(
+            store,
+            settings,
+            agent=agent,
+            suite=suite,
+            options=options,
+            limit=limit,
+            task_ids=task_ids or (),
+            extra=extra,
         )
-    total = len(suite_of(run, settings).tasks)
-    finished, attempts, seconds = asyncio.run(_execute(settings, run, total, executor))
-    report_run(finished, attempts, seconds, as_json)
-    return finished, attempts
+        return execute_and_report(settings, store, run, chosen, executor=executor, as_json=as_json, report=report)
 
 
 def method_command(agent: str) -> Any:
@@ -227,12 +260,8 @@ def run_resume(
     as_json: JsonFlag = False,
 ) -> None:
     """Continue an interrupted run with the options it was created with."""
-    from veriloop.agents.runner import suite_of
     from veriloop.store import TrajectoryStore
 
     settings = state(ctx).settings()
     with TrajectoryStore.from_settings(settings) as store:
-        run = store.get_run(run_id)
-    total = len(suite_of(run, settings).tasks)
-    finished, attempts, seconds = asyncio.run(_execute(settings, run, total, executor))
-    report_run(finished, attempts, seconds, as_json)
+        execute_and_report(settings, store, store.get_run(run_id), None, executor=executor, as_json=as_json)

@@ -3,22 +3,23 @@
 Suites: `transcoder` (UniTrans-cleaned TransCoder: C++, Java, Python) and `transcoder-gfg` (the
 original GfG scripts, also C, Go and Rust). Each task is one function in every language it has;
 the direction comes from --source/--target (old spelling: --from/--to), and only functions having both
-sides are run. With --train, the run's translations then feed one F2STrans round (`F2STransAgent.train`):
-functional SFT, then style DPO. The method's flags are generated from `F2STransOptions`.
+sides are run (`F2STransAgent.takes`, so API and worker runs of the suite cover the same functions).
+With --train, the run's translations then feed one F2STrans round (`F2STransAgent.train`): functional
+SFT, then style DPO. The method's flags are generated from `F2STransOptions`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from typing import Annotated, Any
 
 import typer
 
 from veriloop.agents.f2strans.state import F2STransOptions
-from veriloop.cli.app import JsonFlag, emit, state
+from veriloop.cli.app import JsonFlag, emit
 from veriloop.cli.options import Alias, option_flags
-from veriloop.cli.run_cmd import ExecutorOption, LimitOption, TaskIdsOption, _execute, executor_name, run_app
+from veriloop.cli.run_cmd import ExecutorOption, LimitOption, TaskIdsOption, run_agent, run_app
+from veriloop.records import Attempt, Run
 
 
 @run_app.command("f2strans")
@@ -42,41 +43,39 @@ def run_f2strans(
     pairs and passing translations become SFT rows, and the best-styled passing candidate is preferred
     over failing or plainer ones for DPO; both checkpoints are registered (ids on stderr).
     """
-    from veriloop.agents.base import make_agent
-    from veriloop.agents.f2strans.data import summarize
-    from veriloop.agents.runner import create_run, suite_of
-    from veriloop.store import TrajectoryStore
-    from veriloop.tasks import load_suite
-    from veriloop.tasks.transcoder import has_direction
-
-    make_agent("f2strans", options)  # a bad direction fails before the suite is read
     source, target = options["source"], options["target"]
-    settings = state(ctx).settings()
-    executor = executor_name(settings, executor)
-    ids = list(task or [])
-    if not ids:
-        ids = [t.id for t in load_suite(suite, settings).tasks if has_direction(t, source, target)]
-    with TrajectoryStore.from_settings(settings) as store:
-        run = create_run(
-            store,
-            settings,
-            agent="f2strans",
-            suite=suite,
-            options=options,
-            limit=limit,
-            task_ids=ids,
-            extra={"direction": f"{source}->{target}"},
-        )
-    total = len(suite_of(run, settings).tasks)
-    finished, attempts, seconds = asyncio.run(_execute(settings, run, total, executor))
-    with TrajectoryStore.from_settings(settings) as store:
-        summary = summarize(store, attempts)
-        styles = {a.task_id: _style(store, a.best_node_id) for a in attempts}
+    direction = f"{source}->{target}"
+
+    def report(store: Any, finished: Run, attempts: list[Attempt], seconds: float) -> None:
+        _report(store, finished, attempts, seconds, suite, direction, as_json)
+
+    run_agent(
+        ctx,
+        "f2strans",
+        suite,
+        options,
+        limit=limit,
+        task_ids=task,
+        as_json=as_json,
+        executor=executor,
+        extra={"direction": direction},
+        report=report,
+    )
+
+
+def _report(
+    store: Any, finished: Run, attempts: list[Attempt], seconds: float, suite: str, direction: str, as_json: bool
+) -> None:
+    """Computational accuracy and style of the final answers, as JSON or a per-task table."""
+    from veriloop.agents.f2strans.data import summarize
+
+    summary = summarize(store, attempts)
+    styles = {a.task_id: _style(store, a.best_node_id) for a in attempts}
     report = {
         "run_id": finished.id,
         "agent": "f2strans",
         "suite": suite,
-        "direction": f"{source}->{target}",
+        "direction": direction,
         "model": finished.model,
         "status": finished.status.value,
         **summary,
@@ -88,7 +87,7 @@ def run_f2strans(
         from rich.console import Console
         from rich.table import Table
 
-        table = Table(title=f"f2strans {source}->{target}: {suite} on {finished.model}")
+        table = Table(title=f"f2strans {direction}: {suite} on {finished.model}")
         for column in ("task", "passed", "tests", "style", "tokens"):
             table.add_column(column)
         for attempt in attempts:

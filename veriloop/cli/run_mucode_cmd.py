@@ -6,14 +6,18 @@ The method's flags are generated from `MuCodeOptions` (`cli/options.py`).
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from veriloop.agents.mucode.state import MuCodeOptions
 from veriloop.cli.app import JsonFlag
 from veriloop.cli.options import Alias, option_flags
-from veriloop.cli.run_cmd import ExecutorOption, LimitOption, TaskIdsOption, run_agent, run_app
+from veriloop.cli.run_cmd import ExecutorOption, LimitOption, TaskIdsOption, report_run, run_agent, run_app
+from veriloop.records import Attempt, Run
+
+if TYPE_CHECKING:
+    from veriloop.store import TrajectoryStore
 
 
 @run_app.command("mucode")
@@ -34,21 +38,24 @@ def run_mucode(
     With --train, run the paper's Algorithm 1 on the suite instead (rollouts, learned verifier,
     expert relabelling, fine-tuning); rerunning the same command skips finished rounds.
     """
-    run, _ = run_agent(ctx, "mucode", suite, options, limit=limit, task_ids=task, as_json=as_json, executor=executor)
-    if options["train"]:
-        _print_rounds(ctx, run.id)
+
+    def report(store: TrajectoryStore, run: Run, attempts: list[Attempt], seconds: float) -> None:
+        report_run(run, attempts, seconds, as_json)
+        if options["train"]:
+            _print_rounds(store, run.id)
+
+    run_agent(
+        ctx, "mucode", suite, options, limit=limit, task_ids=task, as_json=as_json, executor=executor, report=report
+    )
 
 
-def _print_rounds(ctx: typer.Context, run_id: str) -> None:
+def _print_rounds(store: TrajectoryStore, run_id: str) -> None:
     """The rounds this run finished, with their generator and verifier ids, on stderr."""
     from veriloop.agents.mucode.training import ITERATION_KIND
-    from veriloop.cli.app import state
-    from veriloop.store import TrajectoryStore
 
-    with TrajectoryStore.from_settings(state(ctx).settings()) as store:
-        for exemplar in store.list_exemplars(kind=ITERATION_KIND, run_id=run_id):
-            payload = exemplar.payload
-            print(
-                f"round {payload['iteration']}: generator {payload['generator']}, verifier {payload['verifier']}",
-                file=sys.stderr,
-            )
+    for exemplar in store.list_exemplars(kind=ITERATION_KIND, run_id=run_id):
+        payload = exemplar.payload
+        print(
+            f"round {payload['iteration']}: generator {payload['generator']}, verifier {payload['verifier']}",
+            file=sys.stderr,
+        )

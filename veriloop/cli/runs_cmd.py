@@ -9,7 +9,6 @@ task's estimate is 0 or 1), the paired bootstrap for a difference; the statistic
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from datetime import datetime
 from enum import StrEnum
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from veriloop.cli.app import JsonFlag, app, emit, state
-from veriloop.cli.run_cmd import ExecutorOption, _execute, executor_name, report_run
+from veriloop.cli.run_cmd import ExecutorOption, execute_and_report, executor_name
 from veriloop.errors import ConfigError
 from veriloop.records import Run, RunStatus
 
@@ -313,14 +312,21 @@ def rerun(
     as_json: JsonFlag = False,
 ) -> None:
     """Start a stored run again as a new run: same method, options, suite slice, model and LLM settings."""
-    from veriloop.agents.runner import create_rerun, suite_of
+    from veriloop.agents.runner import create_rerun
     from veriloop.store import TrajectoryStore
-    from veriloop.store.summary import provenance_of
 
     settings = state(ctx).settings()
     executor = executor_name(settings, executor)
     with TrajectoryStore.from_settings(settings) as store:
         old, new = create_rerun(store, settings, run_id)
+        _announce_rerun(old, new)
+        execute_and_report(settings, store, new, None, executor=executor, as_json=as_json)
+
+
+def _announce_rerun(old: Run, new: Run) -> None:
+    """On stderr: the new run's id, and what differs from the old run's provenance (data, weights, code)."""
+    from veriloop.store.summary import provenance_of
+
     before, after = provenance_of(old), provenance_of(new)
     if before is not None and after is not None:
         for what, was, now in (
@@ -331,6 +337,3 @@ def rerun(
             if was != now:
                 typer.echo(f"note: {what} differs from run {old.id[:SHORT_ID]}: {was} -> {now}", err=True)
     typer.echo(f"rerun of {old.id} as {new.id}", err=True)
-    total = len(suite_of(new, settings).tasks)
-    finished, attempts, seconds = asyncio.run(_execute(settings, new, total, executor))
-    report_run(finished, attempts, seconds, as_json)
