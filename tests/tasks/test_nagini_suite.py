@@ -10,8 +10,9 @@ from veriloop.config import load_settings
 from veriloop.records import VerifyResult, VerifyStatus
 from veriloop.tasks import load_suite
 from veriloop.tasks.nagini_hints import remove_hints
-from veriloop.verifiers.guard import NAGINI, static_check
+from veriloop.verifiers.guard import static_check
 from veriloop.verifiers.nagini import NaginiVerifier, default_python, functions
+from veriloop.verifiers.nagini_dialect import NAGINI
 
 TASKS = load_suite("nagini-hints", load_settings()).tasks
 

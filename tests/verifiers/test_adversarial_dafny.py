@@ -10,7 +10,8 @@ import pytest
 
 from veriloop.records import Candidate, Task, VerifyStatus
 from veriloop.verifiers.dafny import DafnyVerifier
-from veriloop.verifiers.guard import DAFNY, GuardedVerifier, static_check
+from veriloop.verifiers.dafny_dialect import DAFNY
+from veriloop.verifiers.guard import GuardedVerifier, static_check
 
 SUM_SPEC = """\
 function Sum(s: seq<int>): int

@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 
 from veriloop.records import Candidate, Task, VerifyStatus
-from veriloop.verifiers.guard import NAGINI, GuardedVerifier, static_check
+from veriloop.verifiers.guard import GuardedVerifier, static_check
 from veriloop.verifiers.nagini import NaginiVerifier
+from veriloop.verifiers.nagini_dialect import NAGINI
 
 HEAD = "from nagini_contracts.contracts import *\n\n\n"
 

@@ -10,8 +10,9 @@ import pytest
 
 from veriloop.records import Candidate, Task, VerifyResult, VerifyStatus
 from veriloop.verifiers import semantic
-from veriloop.verifiers.guard import VERUS, GuardedVerifier, static_check
+from veriloop.verifiers.guard import GuardedVerifier, static_check
 from veriloop.verifiers.verus import judge
+from veriloop.verifiers.verus_dialect import VERUS
 
 SPEC = """\
 use vstd::prelude::*;

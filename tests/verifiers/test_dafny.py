@@ -9,7 +9,8 @@ import pytest
 
 from veriloop.records import Candidate, Task, VerifyStatus
 from veriloop.verifiers.dafny import DafnyVerifier
-from veriloop.verifiers.guard import DAFNY, GuardedVerifier, probe_check
+from veriloop.verifiers.dafny_dialect import DAFNY
+from veriloop.verifiers.guard import GuardedVerifier, probe_check
 
 DATA = Path(__file__).parent / "data"
 V, F, S, T, R = (

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from veriloop.verifiers import semantic
-from veriloop.verifiers.guard import DAFNY, NAGINI, probes, static_check
+from veriloop.verifiers.dafny_dialect import DAFNY
+from veriloop.verifiers.guard import probes, static_check
+from veriloop.verifiers.nagini_dialect import NAGINI
 from veriloop.verifiers.spec import dafny_contracts, nagini_contracts, normalise
 
 SPEC = """\

@@ -21,7 +21,9 @@ from hypothesis import strategies as st
 from veriloop.records import Candidate, Task, VerifyResult, VerifyStatus
 from veriloop.verifiers import lexer
 from veriloop.verifiers.dafny import DafnyVerifier
-from veriloop.verifiers.guard import DAFNY, VERUS, GuardedVerifier, dafny_scan, static_check
+from veriloop.verifiers.dafny_dialect import DAFNY, dafny_scan
+from veriloop.verifiers.guard import GuardedVerifier, static_check
+from veriloop.verifiers.verus_dialect import VERUS
 
 FRAGMENTS = ["a", " ", "/", "*", "/*", "*/", "//", '"', "'", "\\", "{:", "}", "\n", "x'", "assume false;", "{:axiom}"]
 """What literal and comment contents are made of: the characters scanners disagree on, and escapes to hide."""

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from veriloop.records import Candidate, Task, VerifyStatus
-from veriloop.verifiers.guard import NAGINI, GuardedVerifier
+from veriloop.verifiers.guard import GuardedVerifier
 from veriloop.verifiers.nagini import NaginiVerifier, WorkerError, classify, result_from_reply
+from veriloop.verifiers.nagini_dialect import NAGINI
 
 DATA = Path(__file__).parent / "data" / "nagini"
 V, F, S, T, R = (

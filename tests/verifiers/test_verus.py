@@ -9,8 +9,9 @@ import shutil
 import pytest
 
 from veriloop.records import Candidate, Task, VerifyStatus
-from veriloop.verifiers.guard import VERUS, probes, static_check
+from veriloop.verifiers.guard import probes, static_check
 from veriloop.verifiers.verus import VerusVerifier, judge, parse_output
+from veriloop.verifiers.verus_dialect import VERUS
 
 PLAIN_STDERR = """\
 error: postcondition not satisfied

@@ -31,8 +31,9 @@ from veriloop.records import Candidate, Task, VerifyResult, VerifyStatus
 from veriloop.store import TrajectoryStore
 from veriloop.verifiers.cache import CachedVerifier
 from veriloop.verifiers.dafny import DafnyVerifier
-from veriloop.verifiers.guard import DIALECTS, static_check
+from veriloop.verifiers.guard import static_check
 from veriloop.verifiers.nagini import NaginiVerifier, close_workers, default_python
+from veriloop.verifiers.target import verifier_target
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "verifiers" / "data"
 SKIP = {"timeout_nonlinear"}
@@ -187,8 +188,10 @@ def guard_counts(settings: Settings) -> dict[str, Any]:
     report: dict[str, Any] = {}
     for suite, items in suites.items():
         reasons: collections.Counter[str] = collections.Counter()
-        for dialect, code, spec in items:
-            reason = static_check(DIALECTS[dialect], code, spec)
+        for verifier, code, spec in items:
+            dialect = verifier_target(verifier).dialect
+            assert dialect is not None, verifier  # a formal verifier's descriptor names its dialect
+            reason = static_check(dialect, code, spec)
             if reason:
                 reasons[_reason_kind(reason)] += 1
         report[suite] = {

@@ -26,7 +26,7 @@ from veriloop.verifiers.base import (
     tool_sandbox,
     tool_version,
 )
-from veriloop.verifiers.guard import DAFNY
+from veriloop.verifiers.dafny_dialect import DAFNY
 from veriloop.verifiers.target import VerifierTarget
 
 SOURCE = "program.dfy"

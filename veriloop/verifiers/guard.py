@@ -1,12 +1,13 @@
 """The spec guard: a candidate that verifies by weakening or dodging its task's specification is `rejected`.
 
-Programs are read as the tool reads them: Dafny and Verus text by the tools' own token rules (`lexer`: comments,
-nested comments, strings, verbatim and raw strings, character literals), Nagini's Python by Python's parser.
+This is the machinery every guarded language shares. What differs per language is its `Dialect`, which lives beside
+its verifier (`dafny_dialect.py`, `nagini_dialect.py`, `verus_dialect.py`) and reaches the guard through the
+verifier's target descriptor, so nothing here names a language. Programs are read as the tool reads them: each
+dialect's `strip`, `scan` and `contracts` follow the tool's own token rules or parser.
 
 Rules, cheapest first:
-1. forbidden escapes (Dafny `assume`, every attribute not known to be harmless (`{:axiom}`, `{:verify false}`,
-   `{:inline 1}`, ...), bodiless declarations of any kind, a `*` in a `decreases` clause; Nagini `Assume` however it
-   is reached; Verus `assume`, `admit`, `external_body`/`external` however the attribute is written) and trivial
+1. forbidden escapes (the dialect's: Dafny `assume` and unknown attributes, Nagini `Assume` however it is reached,
+   Verus `assume`, `admit`, `external_body`, ...), bodiless declarations the dialect counts as axioms, and trivial
    postconditions (`ensures true`);
 2. the task's requires/ensures must be present unchanged (tokens compared, so white space and comments do
    not count); where they differ, Z3 decides whether the candidate's precondition is no stronger and its
@@ -23,7 +24,6 @@ Rules, cheapest first:
 
 from __future__ import annotations
 
-import ast
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -31,16 +31,13 @@ from typing import Any, Literal
 
 from veriloop.errors import ConfigError
 from veriloop.records import Candidate, Task, VerifyResult, VerifyStatus
-from veriloop.verifiers import closure, lexer, semantic
+from veriloop.verifiers import closure, semantic
 from veriloop.verifiers.base import FormalVerifier, ReadingVerifier, RegisteredVerifier, Verifier
 from veriloop.verifiers.spec import (
     Contract,
     Language,
     blank_comments,
-    dafny_contracts,
-    nagini_contracts,
     normalise,
-    verus_contracts,
 )
 
 Check = Callable[[str], Awaitable[VerifyResult]]
@@ -83,43 +80,6 @@ class Dialect:
     """The statement the probes insert to ask whether a point is reachable."""
     warnings: tuple[tuple[str, str], ...] = ()
     """(pattern, reason): the tool's warnings that say it assumed something instead of proving it."""
-
-
-def _dafny_function(contract: Contract) -> bool:
-    return contract.kind in ("function", "predicate")
-
-
-def _dafny_bodiless_ok(contract: Contract) -> bool:
-    """A Dafny function or predicate with no postcondition is an uninterpreted symbol: nothing can be proved
-    about it. Methods, lemmas and anything with a postcondition are axioms without a body."""
-    return contract.kind in ("function", "predicate") and not contract.ensures
-
-
-def _nagini_pure(contract: Contract) -> bool:
-    return bool({"Pure", "Predicate"} & set(contract.attributes))
-
-
-def _strip_python(code: str) -> str:
-    """Python source as its parser reads it, without comments and with every string constant emptied (docstrings
-    included), so escapes are looked for in code only, and every name appears as Python resolves it (NFKC)."""
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
-        return code
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str | bytes):
-            node.value = type(node.value)()
-    return ast.unparse(tree)
-
-
-def _dafny_code(code: str) -> str:
-    """Dafny code as Dafny's scanner reads it, with comments and literal contents blanked."""
-    return lexer.dafny(code).masked
-
-
-def _rust_code(code: str) -> str:
-    """Rust code as rustc's lexer reads it, with comments and literal contents blanked."""
-    return lexer.rust(code).masked
 
 
 TRIVIAL = {"true", "True", "( true )", "( True )"}
@@ -247,118 +207,6 @@ def static_check(dialect: Dialect, code: str, spec: str | None) -> str | None:
             trivial = semantic.implies(names, contract.requires, contract.ensures, dialect.translate)
             if mentioned and trivial is True:
                 return f"the postcondition of {contract.name} holds for any result"
-    return None
-
-
-CONTRACT_NAMES = {
-    "Requires",
-    "Ensures",
-    "Exsures",
-    "Invariant",
-    "Assert",
-    "Assume",
-    "Old",
-    "Result",
-    "Implies",
-    "Forall",
-    "Exists",
-    "Acc",
-    "Rd",
-    "Fold",
-    "Unfold",
-    "Unfolding",
-    "Pure",
-    "Predicate",
-    "Ghost",
-    "ContractOnly",
-    "Decreases",
-    "Previous",
-    "RaisedException",
-    "Sequence",
-    "ToSeq",
-    "Low",
-    "Inhale",
-    "Exhale",
-    "Reveal",
-    "Opaque",
-    "PSeq",
-    "PSet",
-    "PMultiset",
-    "list_pred",
-    "set_pred",
-    "dict_pred",
-    "Forall2",
-    "Forall3",
-    "Forall6",
-    "Let",
-    "MayCreate",
-    "Native",
-    "Import",
-}
-ALLOWED_MODULES = ("nagini_contracts", "typing", "__future__")
-
-
-def _nagini_trust(code: str) -> str | None:
-    """Python ways around Nagini's checks: a contract name redefined or imported under another name, other
-    modules imported (their code and stubs are trusted), recursion without a termination measure."""
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:  # Nagini parses with the same grammar and reports it as a syntax error, never a proof
-        return None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom | ast.Import):
-            modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
-            for module in modules:
-                if not module.startswith(ALLOWED_MODULES):
-                    return f"importing {module} is not allowed (its code would be trusted, not verified)"
-            for alias in node.names:
-                if alias.asname and alias.asname != alias.name:
-                    return f"importing {alias.name} as {alias.asname} is not allowed"
-        defined: list[str] = []
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            defined.append(node.name)
-        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
-            defined.append(node.id)
-        elif isinstance(node, ast.arg):
-            defined.append(node.arg)
-        for name in defined:
-            if name in CONTRACT_NAMES:
-                return f"redefining Nagini's {name} is not allowed"
-    return _nagini_recursion(tree)
-
-
-def _nagini_recursion(tree: ast.Module) -> str | None:
-    """Nagini proves partial correctness: a method that calls itself forever satisfies any postcondition, so
-    recursion among non-pure functions needs `Decreases`."""
-    functions = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
-    calls: dict[str, set[str]] = {}
-    for name, node in functions.items():
-        decorators = {ast.unparse(d) for d in node.decorator_list}
-        measured = any(
-            isinstance(s, ast.Expr)
-            and isinstance(s.value, ast.Call)
-            and isinstance(s.value.func, ast.Name)
-            and s.value.func.id == "Decreases"
-            for s in node.body
-        )
-        if decorators & {"Pure", "Predicate"} or measured:
-            continue
-        called = set()
-        for sub in ast.walk(node):
-            if isinstance(sub, ast.Call):
-                target = sub.func
-                called.add(target.id if isinstance(target, ast.Name) else getattr(target, "attr", ""))
-        calls[name] = called & set(functions)
-    for start in calls:
-        seen, todo = set(), list(calls[start])
-        while todo:
-            name = todo.pop()
-            if name == start:
-                return f"{start} is recursive without Decreases (Nagini would prove it only partially correct)"
-            if name in seen or name not in calls:
-                continue
-            seen.add(name)
-            todo.extend(calls[name])
     return None
 
 
@@ -558,233 +406,6 @@ def trusted_warning(dialect: Dialect, result: VerifyResult) -> str | None:
                 return reason + line
     return None
 
-
-# --------------------------------------------------------------------------- the dialects shipped here
-
-SAFE_ATTRIBUTES = frozenset(
-    {
-        "induction",
-        "trigger",
-        "no_trigger",
-        "autotriggers",
-        "opaque",
-        "fuel",
-        "nowarn",
-        "warnShadowing",
-        "timeLimit",
-        "timeLimitMultiplier",
-        "vcs_split_on_every_assert",
-        "vcs_max_cost",
-        "vcs_max_splits",
-        "vcs_max_keep_going_splits",
-        "split_here",
-        "isolate_assertions",
-        "tailrecursion",
-        "nativeType",
-        "compile",
-        "main",
-        "test",
-        "print",
-        "abstemious",
-        "error",
-    }
-)
-"""Dafny attributes that change no verdict (checked on Dafny 2.3: with each, `ensures false` still fails). Any other
-attribute is refused unless the spec uses it: Dafny hands attributes on to Boogie, where `{:inline 1}` and `{:ignore}`
-skip a body, `{:rlimit 1}` ends in a prover error that reports `0 errors`, and `{:autocontracts}` adds preconditions
-the text does not show."""
-ATTRIBUTE_REASONS = {
-    "axiom": "{:axiom} is not allowed",
-    "verify": "{:verify false} is not allowed",
-    "extern": "{:extern} is not allowed",
-    "only": "{:only}/{:focus} (other code left unverified) is not allowed",
-    "focus": "{:only}/{:focus} (other code left unverified) is not allowed",
-    "selective_checking": "attributes that skip checks are not allowed",
-    "start_checking_here": "attributes that skip checks are not allowed",
-    "assumption": "attributes that skip checks are not allowed",
-    "termination": "{:termination false} is not allowed",
-    "inline": "{:inline} (Boogie then skips the body) is not allowed",
-    "ignore": "{:ignore} (Boogie then skips the body) is not allowed",
-    "rlimit": "{:rlimit} (a prover error that reports no errors) is not allowed",
-    "autocontracts": "{:autocontracts} (preconditions the text does not show) is not allowed",
-}
-_DAFNY_KEYWORDS = {
-    "assume": "assume statements are not allowed",
-    "expect": "expect statements are assumed by the verifier and are not allowed",
-    "include": "include directives are not allowed",
-    "refines": "module refinement is not allowed",
-}
-_CLAUSE_END = frozenset(
-    (
-        *("requires", "ensures", "modifies", "reads", "decreases", "invariant", "yield", "returns", "yields"),
-        *("witness", "method", "lemma", "function", "predicate", "constructor", "class", "trait", "module"),
-        *("iterator", "datatype", "codatatype", "newtype", "type", "const", "var", "ghost", "static", "twostate"),
-        *("inductive", "copredicate", "colemma"),
-    )
-)
-_DISPLAY_AFTER = frozenset(("decreases", "in", "then", "else", "set", "iset", "multiset", "seq", "map", "imap"))
-
-
-def _closing(tokens: list[lexer.Token], index: int) -> int:
-    """The index of the `}` that closes the brace (or `{:`) at `tokens[index]`."""
-    depth = 0
-    for at in range(index, len(tokens)):
-        if tokens[at].text in ("{", "{:"):
-            depth += 1
-        elif tokens[at].text == "}":
-            depth -= 1
-            if depth == 0:
-                return at
-    return len(tokens) - 1
-
-
-def _is_attribute(tokens: list[lexer.Token], index: int) -> bool:
-    """`{:` (or `{` `:` apart, which Dafny does not take for one but which costs nothing to refuse alike)."""
-    if tokens[index].text == "{:":
-        return True
-    return tokens[index].text == "{" and index + 1 < len(tokens) and tokens[index + 1].text == ":"
-
-
-def _attribute_reason(tokens: list[lexer.Token], index: int) -> str | None:
-    """Why the attribute at `tokens[index]` is refused, or None for one in SAFE_ATTRIBUTES."""
-    at = index + (1 if tokens[index].text == "{:" else 2)
-    if at >= len(tokens) or tokens[at].kind != "word":
-        return None  # not an attribute: a parse error
-    name = tokens[at].text
-    args = [t.text for t in tokens[at + 1 : _closing(tokens, index)]]
-    if name in SAFE_ATTRIBUTES or (name == "verify" and args == ["true"]):
-        return None
-    return ATTRIBUTE_REASONS.get(name, f"{{:{name}}} is not allowed (not an attribute known to change no verdict)")
-
-
-def _decreases_wildcard(tokens: list[lexer.Token], index: int) -> bool:
-    """Whether the `decreases` clause at `tokens[index]` has a `*` among its items (`decreases *`, `decreases
-    {:attr} *`, `decreases x, *`: any of them makes the callable or loop one that may not terminate)."""
-    previous, depth, at = "decreases", 0, index + 1
-    while at < len(tokens):
-        token = tokens[at]
-        if _is_attribute(tokens, at):
-            at = _closing(tokens, at) + 1
-            continue
-        if depth == 0 and (token.text in (";", "}") or (token.kind == "word" and token.text in _CLAUSE_END)):
-            return False
-        if token.text == "*" and previous in ("decreases", ",", "("):
-            return True
-        if token.text in "([":
-            depth += 1
-        elif token.text in ")]":
-            depth -= 1
-            if depth < 0:
-                return False
-        elif token.text == "{":
-            operand = token_operand(tokens[at - 1]) and tokens[at - 1].text not in _DISPLAY_AFTER
-            if operand and depth == 0:
-                return False  # the body
-            at = _closing(tokens, at)
-        previous = tokens[at].text
-        at += 1
-    return False
-
-
-def token_operand(token: lexer.Token) -> bool:
-    """Whether an expression can end with `token` (then a `{` after it opens a body, not a display)."""
-    return token.kind != "punct" or token.text in (")", "]", "}")
-
-
-def dafny_scan(code: str) -> list[str]:
-    """Dafny's escapes, read from Dafny's own tokens: `assume`, `expect`, `include`, `refines` as keywords (not
-    inside identifiers such as `x'assume`, nor in strings or comments), every attribute but the safe ones, wherever
-    it stands (a declaration, a clause, a statement, an expression), a `*` among a `decreases` clause's items, and
-    `witness *` (a type that may be empty)."""
-    tokens = list(lexer.dafny(code).tokens)
-    found: list[str] = []
-    for index, token in enumerate(tokens):
-        reason = None
-        if token.kind == "word":
-            reason = _DAFNY_KEYWORDS.get(token.text)
-            if token.text == "decreases" and _decreases_wildcard(tokens, index):
-                reason = "decreases * (possible non-termination) is not allowed"
-            elif token.text == "witness" and index + 1 < len(tokens) and tokens[index + 1].text == "*":
-                reason = "witness * (a type that may be empty) is not allowed"
-        elif _is_attribute(tokens, index):
-            reason = _attribute_reason(tokens, index)
-        if reason and reason not in found:
-            found.append(reason)
-    return found
-
-
-DAFNY = Dialect(
-    "dafny",
-    escapes=(),
-    contracts=dafny_contracts,
-    translate=semantic.dafny_term,
-    probe_kinds=("method", "lemma"),
-    decls=closure.dafny_decls,
-    strip=_dafny_code,
-    scan=dafny_scan,
-    uninterpreted=_dafny_function,
-    bodiless_ok=_dafny_bodiless_ok,
-    assert_false="assert false;",
-    warnings=(
-        (r"loop has no body", "a loop without a body is assumed by Dafny, not proved"),
-        (r"forall statement has no body", "a forall statement without a body is assumed by Dafny, not proved"),
-        (r"has no body", "a statement without a body is assumed by Dafny, not proved"),
-        (r"\bassume\b|\baxiom\b", "Dafny reports an assumption"),
-    ),
-)
-NAGINI = Dialect(
-    "nagini",
-    escapes=(
-        (r"\bAssume\b", "Assume is not allowed"),
-        (r"\bInhale\b", "Inhale (an assumption) is not allowed"),
-        (r"@\s*ContractOnly\b", "@ContractOnly (a contract trusted without a body) is not allowed"),
-        (r"\bContractOnly\b", "ContractOnly is not allowed"),
-        (r"\bNative\b", "@Native (trusted code) is not allowed"),
-        (r"\bDeclassify\b", "Declassify is not allowed"),
-        (r"\b(AllLow|PreservesLow)\b", "information-flow trust annotations are not allowed"),
-    ),
-    contracts=nagini_contracts,
-    translate=semantic.python_term,
-    probe_kinds=("def",),
-    decls=closure.nagini_decls,
-    strip=_strip_python,
-    trust=_nagini_trust,
-    uninterpreted=_nagini_pure,
-    layout="indent",
-    assert_false="Assert(False)",
-)
-_VERIFIER = r"\bverifier\s*(?:::|\()\s*"
-VERUS = Dialect(
-    "verus",
-    escapes=(
-        (r"\bassume_?\s*\(", "assume statements are not allowed"),
-        (r"\badmit\s*\(", "admit is not allowed"),
-        (r"\bassume_specification\b", "assume_specification is not allowed"),
-        (r"\bassume_external\b", "assume_external is not allowed"),
-        (_VERIFIER + r"external", "external code (not verified) is not allowed"),
-        (_VERIFIER + r"exec_allows_no_decreases_clause", "non-terminating loops are not allowed"),
-        (
-            _VERIFIER + r"(verify\s*\(\s*false|assume\w*|trusted|exec_allows_no_decreases_clause)",
-            "#[verifier::...] attributes that turn verification off are not allowed",
-        ),
-        (r"\bverus\s*::\s*(trusted|internal)\b", "#[verus::trusted] and #[verus::internal(...)] are not allowed"),
-        (r"#\s*!?\s*\[\s*cfg(_attr)?\s*\(", "#[cfg(...)] (code hidden from the verifier) is not allowed"),
-        (r"\bunsafe\b", "unsafe code is not allowed"),
-        (r"\bextern\s*(\"|\{|fn\b)", "extern functions (trusted, not verified) are not allowed"),
-        (r"\bexternal_fn_specification\b", "external_fn_specification is not allowed"),
-        (r"\bexternal_type_specification\b", "external_type_specification is not allowed"),
-        (r"\bbroadcast\s+axiom\b|\baxiom\s+fn\b", "axioms are not allowed"),
-        (r"\binclude!\s*\(|\binclude_str!\s*\(|#\s*\[\s*path\s*=|\bmod\s+\w+\s*;", "other files are not allowed"),
-    ),
-    contracts=verus_contracts,
-    translate=semantic.dafny_term,
-    probe_kinds=("fn",),
-    decls=closure.verus_decls,
-    strip=_rust_code,
-    warnings=((r"unreachable statement", "an unreachable statement (AlphaVerus's rule: the code never returns)"),),
-)
-DIALECTS = {"dafny": DAFNY, "nagini": NAGINI, "verus": VERUS}
-"""The dialects shipped here, by name (benchmarks); the guard reads a verifier's dialect from its descriptor."""
 
 # --------------------------------------------------------------------------- the guarded verifier
 

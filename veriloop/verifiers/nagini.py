@@ -36,7 +36,7 @@ from veriloop.sandbox.tools import DEFAULT as DEFAULT_SANDBOX
 from veriloop.sandbox.tools import ENV as TOOL_ENV
 from veriloop.sandbox.tools import JOB_DIR, ToolSandbox, joiner, release
 from veriloop.verifiers.base import FormalVerifier, infra_error, node_score, tool_sandbox, tool_version
-from veriloop.verifiers.guard import NAGINI
+from veriloop.verifiers.nagini_dialect import NAGINI
 from veriloop.verifiers.target import VerifierTarget, hash_comments
 
 WORKER = Path(__file__).with_name("nagini_worker.py")

@@ -22,9 +22,9 @@ from veriloop.records import Candidate, Diagnostic, Task, VerifyResult, VerifySt
 from veriloop.sandbox.tools import DEFAULT as DEFAULT_SANDBOX
 from veriloop.sandbox.tools import ToolSandbox
 from veriloop.verifiers.base import FormalVerifier, infra_error, node_score, run_tool, tool_sandbox, tool_version
-from veriloop.verifiers.guard import VERUS
 from veriloop.verifiers.spec import rust_comments
 from veriloop.verifiers.target import VerifierTarget
+from veriloop.verifiers.verus_dialect import VERUS
 
 SOURCE = "program.rs"
 VERSION = r"[Vv]erus\S*\s+(?:[Vv]ersion\s*)?:?\s*(\S+)"

@@ -19,8 +19,8 @@ from veriloop.records import Candidate, Completion, Constraint, Diagnostic, Node
 from veriloop.search.score import scorer_for
 from veriloop.store import TrajectoryStore
 from veriloop.tasks import load_suite
-from veriloop.verifiers.guard import NAGINI as NAGINI_DIALECT
 from veriloop.verifiers.guard import static_check
+from veriloop.verifiers.nagini_dialect import NAGINI as NAGINI_DIALECT
 
 TASKS = load_suite("nagini-hints", load_settings()).tasks
 INDEX_OF = next(task for task in TASKS if task.id.endswith("/index_of"))
