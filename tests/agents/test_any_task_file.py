@@ -176,3 +176,32 @@ def test_a_mixed_task_file_is_judged_by_each_tasks_verifier(
         prompts = [node.messages[0].content for node in nodes if node.messages]
         assert any("```cpp" in text and "f_gold" not in text for text in prompts)  # asked for C++, reference unshown
     assert QedVerifier.calls and set(QedVerifier.calls) == {"mixed/proof"}
+
+
+@pytest.mark.slow
+@pytest.mark.model
+@pytest.mark.bwrap
+@pytest.mark.parametrize(("method", "flags"), [("direct", []), ("mucode", ["--turns", "1", "--max-tokens", "96"])])
+def test_the_embedded_model_on_a_mixed_task_file(
+    method: str,
+    flags: list[str],
+    qed_registered: None,
+    tmp_path: Path,
+    scratch_model_home: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The real model's replies, whatever they say, are judged by each task's own verifier."""
+    if shutil.which("g++") is None:
+        pytest.skip("no g++ on this machine")
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
+    args = ["--home", str(scratch_model_home), "run", method, *flags, "--suite", str(path), "--json"]
+    assert main(args) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert len(report["attempts"]) == len(ROWS) and all(a["status"] in ("passed", "failed") for a in report["attempts"])
+    with TrajectoryStore.from_settings(load_settings(paths={"home": scratch_model_home})) as store:
+        nodes = [node for node in store.list_nodes(report["run_id"]) if node.code is not None]
+    assert {node.task_id for node in nodes} == {f"mixed/{row['id']}" for row in ROWS}
+    for node in nodes:
+        expected = "qed" if node.task_id == "mixed/proof" else "tests"
+        assert node.verify_result is not None and node.verify_result.tool == expected, node.task_id
