@@ -134,9 +134,15 @@ def qed_registered(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
-def _run(method: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Any:
+def _run(
+    method: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    rows: list[dict[str, Any]] = ROWS,
+) -> Any:
     path = tmp_path / "mixed.jsonl"
-    path.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     monkeypatch.setattr(ScriptedBackend, "from_settings", classmethod(lambda cls, s: cls([solver])))
     home = tmp_path / "home"
     code = main(["--home", str(home), "--backend", "scripted", "run", method, "--suite", str(path), "--json"])
@@ -205,3 +211,29 @@ def test_the_embedded_model_on_a_mixed_task_file(
     for node in nodes:
         expected = "qed" if node.task_id == "mixed/proof" else "tests"
         assert node.verify_result is not None and node.verify_result.tool == expected, node.task_id
+
+
+@pytest.mark.bwrap
+def test_one_run_reads_its_suite_once_and_opens_the_store_once(
+    qed_registered: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`veriloop run` creates, executes and reports a run on one store and one reading of the suite."""
+    from veriloop.agents import runner
+
+    loads: list[str] = []
+    opened: list[str] = []
+    real_load, real_open = runner.load_suite, TrajectoryStore.from_settings
+
+    def counted_load(name: str, settings: Settings) -> Any:
+        loads.append(name)
+        return real_load(name, settings)
+
+    def counted_open(settings: Settings) -> TrajectoryStore:
+        opened.append("store")
+        return real_open(settings)
+
+    monkeypatch.setattr(runner, "load_suite", counted_load)
+    monkeypatch.setattr(TrajectoryStore, "from_settings", staticmethod(counted_open))
+    report, _ = _run("direct", tmp_path, monkeypatch, capsys, rows=ROWS[2:])  # no C++: runs without g++ too
+    assert len(report["attempts"]) == 3
+    assert len(loads) == 1 and len(opened) == 1
