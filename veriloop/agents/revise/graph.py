@@ -11,8 +11,8 @@
 The task's verifier (its tests, unless the task names another judge) only labels the stored attempts (the data
 the curriculum learns from); the agent never sees its verdicts. The backend must score next tokens
 (`SelfVerifyingBackend`: the embedded one does).
-With `structured`, every attempt (first or refined) is decoded as one python block holding the task's
-function; a decision is never decoded, so it needs no constraint and cannot fail to parse.
+With `structured`, every attempt (first or refined) is decoded as one block in the task's language (holding the
+task's function, for Python); a decision is never decoded, so it needs no constraint and cannot fail to parse.
 """
 
 from __future__ import annotations
@@ -96,8 +96,9 @@ def _dump(trajectories: Sequence[Trajectory]) -> list[dict[str, Any]]:
 
 
 def _params(options: ReviseOptions, task: Task, n: int, seed: int) -> SamplingParams:
-    """How an attempt (first or refined) is sampled: with `structured`, as one python block holding the task's
-    function. The decision after it is never generated text: `verify` compares p([eos]) with p([refine])."""
+    """How an attempt (first or refined) is sampled: with `structured`, as one block in the task's language (a
+    python one holding the task's function). The decision after it is never generated text: `verify` compares
+    p([eos]) with p([refine])."""
     greedy = options.samples == 1
     return SamplingParams(
         n=n,
@@ -105,7 +106,7 @@ def _params(options: ReviseOptions, task: Task, n: int, seed: int) -> SamplingPa
         max_tokens=options.max_tokens,
         stop=[CLOSING_FENCE],
         seed=seed,
-        constraint=answer_constraint(task, "python", options.structured),
+        constraint=answer_constraint(task, task.language, options.structured),
     )
 
 
