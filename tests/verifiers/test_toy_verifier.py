@@ -1,7 +1,9 @@
 """CONTRIBUTING.md's "Add a verifier" recipe, followed from this folder alone: a toy verifier for a toy language,
-its target descriptor beside it, and one registry line. Then `veriloop verify --verifier toy` runs it, the spec
-guard enforces the toy's own spec clauses, and AlphaVerus takes `toy` as its target, with the toy's fence and
-prompt fragments in its prompts. Nothing in `veriloop/` names the toy.
+its target descriptor and guard dialect beside it (one file), and one registry line. Then `veriloop verify
+--verifier toy` runs it, the spec guard enforces the toy's own spec clauses, task files and the judge API name it,
+a run's provenance records the toy's own version, and AlphaVerus takes `toy` as its target, with the toy's fence
+and prompt fragments in its prompts. Nothing in `veriloop/` names the toy, and nothing here lists the other
+verifiers (`test_verifier_recipe.py` runs the recipe's own sketch).
 
 The toy language: a `proc` with typed parameters and one named result, `pre`/`post` clauses (Python
 expressions), one assignment to the result as its body, `end`. The toy verifier checks the body on every input
@@ -274,7 +276,7 @@ def test_alphaverus_takes_the_toy_as_its_target() -> None:
     from veriloop.agents.alphaverus.state import AlphaVerusOptions
 
     assert AlphaVerusOptions(target="toy").target == "toy"
-    with pytest.raises(ValueError, match="unknown verifier 'coq'; registered: tests, dafny, nagini, verus, toy"):
+    with pytest.raises(ValueError, match=r"unknown verifier 'coq'; registered: (\w+, )*toy\b"):
         AlphaVerusOptions(target="coq")
     [system, ask] = explore_messages(DAFNY_ABS, "dafny", "toy", "translate", [])
     assert "expert in Toy (pre/post procs)" in system.content
@@ -413,3 +415,50 @@ async def test_the_judge_api_judges_a_toy_proof(tmp_path: Path) -> None:
     assert [v.status for v in verdicts] == ["verified", "rejected"]
     with pytest.raises(ValueError, match="unknown verifier 'coq'"):
         JudgeCandidate(language="toy", code=ABS, spec=SPEC, verifier="coq")
+
+
+def test_a_run_over_toy_tasks_records_the_toys_own_version(tmp_path: Path) -> None:
+    """Provenance asks the registered class (`installed_version`), so the toy's version is the toy's, not Nagini's."""
+    from veriloop.agents import provenance
+    from veriloop.config import load_settings
+
+    task = Task(id="abs", suite="unit-toy", prompt="", language="toy", spec=SPEC, metadata={"verifier": "toy"})
+    settings = load_settings(paths={"home": tmp_path})
+    assert provenance.verifier_versions(settings, [task]) == {"toy": "0.1"}
+
+
+class UncheckedToy:
+    """The toy without `check`, which the guard's probes call: a verifier with a dialect that cannot be guarded."""
+
+    name = "toy"
+    target = TOY
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> UncheckedToy:
+        return cls()
+
+    @classmethod
+    def installed_version(cls, settings: Settings) -> str:
+        return "0.1"
+
+    async def version(self) -> str:
+        return "0.1"
+
+    def options(self) -> dict[str, Any]:
+        return {}
+
+    async def verify(self, candidate: Candidate, task: Task) -> VerifyResult:
+        return await ToyVerifier().check(candidate.code)
+
+    async def aclose(self) -> None:
+        return None
+
+
+def test_a_verifier_with_a_dialect_but_no_check_is_refused_not_left_unguarded() -> None:
+    from veriloop.config import load_settings
+    from veriloop.verifiers import get_verifier
+
+    VERIFIERS.register("unchecked-toy", f"{__name__}:UncheckedToy")
+    with pytest.raises(ConfigError, match="'toy' names a guard dialect, so it must follow FormalVerifier"):
+        get_verifier(load_settings(), "unchecked-toy")
+    assert isinstance(get_verifier(load_settings(), "unchecked-toy", guard=False), UncheckedToy)  # only when asked
