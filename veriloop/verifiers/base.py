@@ -1,4 +1,4 @@
-"""The Verifier seam: the protocol, the registry by name, and a hermetic runner for verifier processes.
+"""The Verifier seam: the protocols, the registry by name, and a hermetic runner for verifier processes.
 
 Every tool run gets its own temp dir, a wall-clock limit (the whole process group is killed on expiry),
 and reports duration, CPU time and peak memory taken from the kernel's accounting of the child.
