@@ -44,6 +44,19 @@ Wall-clock rates on shared cores move with whatever else runs, so the CPU time e
 (process time, all threads) is reported too; on two contended cores the batch-8 step slows down
 far more than the batch-1 step, since batch 8 is compute-bound and batch 1 memory-bound.
 
+`kernels` names what the runs multiplied and attended with (`attention`, `decode_products`,
+`prefill_products`) and the CPU flags that chose them (`cpu_flags`: avx2, avx512f, avx512_bf16, amx_bf16),
+so a figure says whether it came from the AVX-512 paths or the portable ones.
+
+`--peer llama_cpp` (without `--models`: SmolLM2-135M and Qwen2.5-Coder-0.5B) puts llama.cpp beside each
+model in the same run: its own `llama-server` (`-np` slots, continuous batching; found, or built once from
+the llama-cpp-python sdist, see `veriloop.bench._llama_cpp`) on the GGUF file veriloop converted the model
+from, with the same prompt tokens, greedy, the same stops and token limit, at 1 and `--concurrency` in flight,
+its useful tokens counted as veriloop's are. Per model: `peers.llama_cpp.tokens_per_s.{batch_1,in_flight_8}`,
+`peers.llama_cpp.ttft_s` and `peak_rss_mb` (the server's VmHWM), veriloop's own `ttft_s` and `peak_rss_mb`
+(this process's VmHWM, reset before each model), `ratio_vs_llama_cpp` (veriloop / llama.cpp), and the
+`machine` (CPU name, cpuid, flags); the JSON also goes to `--peer-out` (bench/results/llm_vs_llama_cpp.json).
+
 Useful tokens are the tokens of each answer: what a sample generated before EOS or the closing
 fence (the backend's `token_ids`), never padding, the ending tokens, or tokens after a row
 finished. The assistant turn is opened with a ```python fence, so the first fence the model
@@ -54,6 +67,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
 import os
 import re
@@ -66,6 +80,20 @@ from typing import Any
 import torch
 
 from veriloop.bench import dtype_name, load_average
+from veriloop.bench._llama_cpp import (
+    LLAMA_CPP_PYTHON,
+    best_of_threads,
+    bundled_gguf,
+    cache_root,
+    ensure_llama_server,
+    llama_server,
+    machine,
+    peak_rss_mb,
+    ratios,
+    reset_peak_rss,
+    run_peer,
+    server_version,
+)
 from veriloop.config import Settings
 from veriloop.llm.batcher import CacheFactory, SampleSpec, default_eos_ids
 from veriloop.llm.embedded import (
@@ -75,7 +103,13 @@ from veriloop.llm.embedded import (
     load_model_folder,
     set_torch_threads,
 )
-from veriloop.llm.packed import KVDtype, LinearWeights, default_prefill_weights, resolve_linear_weights
+from veriloop.llm.packed import (
+    KVDtype,
+    LinearWeights,
+    default_prefill_weights,
+    kernels_used,
+    resolve_linear_weights,
+)
 from veriloop.llm.replicas import replica_count
 from veriloop.records import Completion, SamplingParams
 
@@ -171,6 +205,29 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         "--skip-constrained", action="store_true", help="Skip the batched run with a structure constraint per prompt."
     )
     parser.add_argument(
+        "--peer",
+        choices=["llama_cpp"],
+        default=None,
+        help="Also run llama.cpp's llama-server on the same GGUF with the same prompts and greedy settings (found, or"
+        " built once from the llama-cpp-python sdist); without --models: SmolLM2-135M and Qwen2.5-Coder-0.5B.",
+    )
+    parser.add_argument(
+        "--peer-threads",
+        default="",
+        help="llama-server thread counts to run, comma-separated; the best of each figure is the peer's"
+        " (default: 1 and the usable cores: on shared cores llama.cpp's spinning threads can run far slower with 2).",
+    )
+    parser.add_argument("--peer-no-build", action="store_true", help="Fail instead of building a missing llama-server.")
+    parser.add_argument(
+        "--peer-out",
+        default=str(PEER_OUT),
+        help="With --peer, also write the JSON here ('' to skip).",
+    )
+    parser.add_argument(
+        "--ttft", action="store_true", help="Also time the first token (1-token requests, one at a time)."
+    )
+    parser.add_argument("--one-model", action="store_true", help=argparse.SUPPRESS)  # per_model's own runs
+    parser.add_argument(
         "--models",
         default="",
         help="Comma-separated bundled model names, or 'all': tokens/s of each at 1 and --concurrency in flight"
@@ -179,7 +236,19 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-PER_MODEL_SKIPS = ["--skip-16", "--skip-commvq", "--skip-numerics", "--skip-constrained", "--skip-generate"]
+PEER_MODELS = "smollm2-135m-instruct,qwen2.5-coder-0.5b-instruct"
+"""The models `--peer` compares when `--models` names none (issue 33)."""
+
+PEER_OUT = Path("bench/results/llm_vs_llama_cpp.json")
+
+PER_MODEL_SKIPS = [
+    "--one-model",
+    "--skip-16",
+    "--skip-commvq",
+    "--skip-numerics",
+    "--skip-constrained",
+    "--skip-generate",
+]
 
 
 def per_model(settings: Settings, args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
@@ -204,6 +273,7 @@ def per_model(settings: Settings, args: argparse.Namespace, argv: list[str]) -> 
     for name in names:
         own = settings.model_copy(update={"llm": settings.llm.model_copy(update={"model": name})})
         _progress(f"model {name}")
+        reset_peak_rss()  # the peak RSS each run reports is then this model's
         run = main(own, rest + PER_MODEL_SKIPS)
         batched = f"batcher_{args.concurrency}"
         results[name] = {
@@ -215,14 +285,35 @@ def per_model(settings: Settings, args: argparse.Namespace, argv: list[str]) -> 
             f"ratio_{args.concurrency}_vs_1": run[f"ratio_{args.concurrency}_vs_1"],
             "linear_weights": run["linear_weights"],
             "kv_dtype": run["kv_dtype"],
+            "kernels": run["kernels"],
             "useful_tokens": run["useful_tokens"],
             "load_average": run["load_average"],
         }
-    return {"prompts": args.prompts, "max_tokens": args.max_tokens, "concurrency": args.concurrency, "models": results}
+        for key in ("ttft_s", "peak_rss_mb", "peers", "ratio_vs_llama_cpp", "prefix_cache_hits"):
+            if key in run:
+                results[name][key] = run[key]
+    out: dict[str, Any] = {
+        "prompts": args.prompts,
+        "max_tokens": args.max_tokens,
+        "concurrency": args.concurrency,
+        "repeat": max(args.repeat, 1),
+        "machine": machine(),
+        "models": results,
+    }
+    if args.peer:
+        out["command"] = "veriloop bench llm " + " ".join(argv)
+        if args.peer_out:
+            path = Path(args.peer_out)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(out, indent=2, default=str) + "\n")
+            _progress(f"wrote {path}")
+    return out
 
 
 def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
     args = _parse(argv)
+    if args.peer and not args.models and not args.one_model:
+        args.models = PEER_MODELS
     if args.models:
         return per_model(settings, args, argv)
     args.weights_in_runs = resolve_linear_weights(settings.llm.linear_weights)
@@ -263,6 +354,8 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
     outputs: dict[str, list[Completion]] = {}
     warm = fresh_backend()
     kv_dtype = dtype_name(warm.batcher.decoder.kv_dtype)
+    kernels = kernels_used(warm.batcher.decoder)
+    _progress(f"kernels: {kernels}")
     try:
         asyncio.run(_through_backend(warm, ["def warm_up():\n"], params.model_copy(update={"max_tokens": 4}), 1))
     finally:
@@ -314,6 +407,7 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
         "linear_weights": args.weights_in_runs,
         "prefill_weights": default_prefill_weights(args.weights_in_runs) if prefill == "auto" else prefill,
         "kv_dtype": kv_dtype,
+        "kernels": kernels,
         "repeat": max(args.repeat, 1),
         "load_average": {"before": load_before, "after": load_average(), "cpus": os.cpu_count()},
         "tokens_per_s": {name: round(rate, 2) for name, rate in rates.items()},
@@ -350,12 +444,77 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
         )
     if not args.skip_commvq:
         result["commvq_live"] = _commvq_live(settings, folder, model, tokenizer, prompts, params, args, fresh_backend)
+    if args.ttft or args.peer:
+        result["ttft_s"] = _ttft(fresh_backend, prompts, params)
+        result["peak_rss_mb"] = peak_rss_mb(os.getpid())
+    if args.peer:
+        eos = default_eos_ids(model, tokenizer)
+        peer = _llama_cpp_peer(settings, args, tokenizer, prompts, eos)
+        result["peers"] = {"llama_cpp": peer}
+        own = {"batch_1": rates["batcher_1"], f"in_flight_{args.concurrency}": rates[batched]}
+        result["ratio_vs_llama_cpp"] = ratios(own, peer["tokens_per_s"])
+        _progress(f"veriloop / llama.cpp: {result['ratio_vs_llama_cpp']}")
     if generate_texts is not None:
         result[f"ratio_{args.concurrency}_vs_generate"] = round(rates[batched] / rates["generate_batch1"], 2)
         result["outputs_match"]["batcher_1_vs_generate"] = sum(
             a.text == b for a, b in zip(one, generate_texts, strict=True)
         )
     return result
+
+
+def _ttft(fresh_backend: Any, prompts: list[str], params: SamplingParams) -> float:
+    """Median seconds to the first token: each prompt alone as a 1-token request on an idle batcher (its prefill
+    and one step), a fresh batcher so no prompt reuses another's prefix."""
+    first: list[float] = []
+    for prompt in prompts:
+        backend = fresh_backend(1)
+        try:
+            start = time.perf_counter()
+            asyncio.run(_through_backend(backend, [prompt], params.model_copy(update={"max_tokens": 1}), 1))
+            first.append(time.perf_counter() - start)
+        finally:
+            backend.close()
+    return round(statistics.median(first), 4)
+
+
+def _llama_cpp_peer(
+    settings: Settings, args: argparse.Namespace, tokenizer: Any, prompts: list[str], eos: set[int]
+) -> dict[str, Any]:
+    """llama.cpp's `llama-server` on the GGUF this model was converted from: the same prompt tokens, greedy, the
+    same stops and token limit, at 1 and `--concurrency` in flight (`-np` slots), counted as veriloop counts."""
+    from veriloop.llm.replicas import usable_cores
+
+    cache = settings.paths.cache_dir
+    binary = ensure_llama_server(cache, build=not args.peer_no_build)
+    gguf = bundled_gguf(cache, settings.llm.model)
+    ids = [list(tokenizer(prompt, add_special_tokens=True).input_ids) for prompt in prompts]
+    per_slot = -(-(max(len(one) for one in ids) + args.max_tokens + 64) // 256) * 256
+    counts = [int(item) for item in args.peer_threads.split(",") if item.strip()] or [1, usable_cores()]
+    runs: dict[int, dict[str, Any]] = {}
+    for threads in dict.fromkeys(counts):
+        _progress(f"llama.cpp: {binary.name} on {gguf.name}, {args.concurrency} slots of {per_slot}, {threads} threads")
+        log = cache_root(cache) / "logs" / f"{settings.llm.model}.{threads}.log"
+        context = per_slot * args.concurrency
+        with llama_server(binary, gguf, slots=args.concurrency, context=context, threads=threads, log=log) as server:
+            runs[threads] = run_peer(
+                server,
+                ids,
+                max_tokens=args.max_tokens,
+                stop=[FENCE],
+                concurrencies=(1, args.concurrency),
+                repeat=args.repeat,
+                count=lambda new: _answer(tokenizer, new, eos)[1],
+            )
+    peer = best_of_threads(runs)
+    peer.update(
+        server=str(binary),
+        version=server_version(binary),
+        gguf=gguf.name,
+        slots=args.concurrency,
+        slot_context=per_slot,
+        sources=f"llama-cpp-python {LLAMA_CPP_PYTHON} sdist, vendor/llama.cpp",
+    )
+    return peer
 
 
 def _per_step(stats: dict[str, float | int]) -> dict[str, float]:

@@ -620,3 +620,56 @@ class PackedDecoder:
         hidden = self.norm(x[logit_index])
         logits: torch.Tensor = self.lm_head(hidden).float()
         return logits
+
+
+KERNEL_NAMES: dict[type[FusedLinear], str] = {
+    BrainDotLinear: "veriloop_bf16 (AVX512-BF16 dot products, bf16 weights)",
+    BrainFloatLinear: "onednn_bf16 (oneDNN prepacked bf16 weights)",
+    HalfWeightLinear: "fbgemm_fp16 (FBGEMM prepacked fp16 weights)",
+}
+"""How `kernels_used` names each fused product kind."""
+
+FLOAT32_PRODUCTS = "torch_float32 (MKL/oneDNN float32 weights)"
+
+CHOOSING_FLAGS = {"avx2": "avx2", "avx512f": "avx512_f", "avx512_bf16": "avx512_bf16", "amx_bf16": "amx_bf16"}
+"""The instruction sets that choose the kernels (/proc/cpuinfo's name: torch's name): AVX-512 for the attention
+loop's 16-lane path, AVX512-BF16 for veriloop's bf16 kernel, AVX512-BF16 or AMX for oneDNN's bf16 products."""
+
+
+def cpu_flags() -> dict[str, bool]:
+    """Whether this CPU has each of `CHOOSING_FLAGS`, as torch reports them (all False where it cannot say)."""
+    try:
+        capabilities = torch.cpu.get_capabilities()
+    except (AttributeError, RuntimeError):
+        capabilities = {}
+    return {flag: bool(capabilities.get(key, False)) for flag, key in CHOOSING_FLAGS.items()}
+
+
+def attention_kernel_name(enabled: bool, head_dim: int, group: int, flags: dict[str, bool]) -> str:
+    """Which attention a packed step runs: veriloop's C++ loop (its AVX-512 16-lane path where the CPU has AVX-512,
+    the head width is a multiple of 16 and a key head serves up to 8 queries, else its portable loop), or
+    PyTorch's SDPA where the kernel is off or did not build."""
+    if not enabled:
+        return "torch_sdpa"
+    if flags.get("avx512f") and head_dim % 16 == 0 and 1 <= group <= 8:
+        return "veriloop_cpu_attention (AVX-512, 16 lanes)"
+    return "veriloop_cpu_attention (portable C++ loop)"
+
+
+def products_name(decoder_weights: LinearWeights, fused: bool) -> str:
+    """The product kind `PackedDecoder` multiplies rows of `decoder_weights` by (float32 where nothing is fused)."""
+    kind = product_kind(decoder_weights) if fused else None
+    return KERNEL_NAMES.get(kind, FLOAT32_PRODUCTS) if kind is not None else FLOAT32_PRODUCTS
+
+
+def kernels_used(decoder: PackedDecoder) -> dict[str, Any]:
+    """The kernels `decoder` runs, by name, and the CPU flags that chose them: what `veriloop bench llm` prints, so
+    a figure says whether it came from the AVX-512 paths or from the portable ones."""
+    flags = cpu_flags()
+    fused = decoder.fused_linears > 0
+    return {
+        "attention": attention_kernel_name(decoder.attention_kernel, decoder.head_dim, decoder.group, flags),
+        "decode_products": products_name(decoder.weights, fused),
+        "prefill_products": products_name(decoder.prefill_weights, fused),
+        "cpu_flags": flags,
+    }

@@ -1,0 +1,396 @@
+"""llama.cpp as the peer of `veriloop bench llm --peer llama_cpp`: its own `llama-server`, on the same GGUF file.
+
+A user serving a small model on a CPU would pick llama.cpp, so the embedded backend's figures are put beside
+its figures on the same machine, in the same run. The server is llama.cpp's own `llama-server` (parallel
+slots with continuous batching, `-np N`), built from the llama.cpp sources that llama-cpp-python
+`LLAMA_CPP_PYTHON` vendors in its PyPI sdist: the sdist is the only download (no wheel, no git, no model
+hub; the server's web UI and HTTPS are configured off so cmake fetches nothing). The build is the bench's
+own business, never `make setup`'s or CI's: it takes tens of minutes on two cores, so the binary is cached
+under `<cache_dir>/llama.cpp/<version>/bin`. `VERILOOP_LLAMA_SERVER` or a `llama-server` on PATH is used
+first. Both 1 and 8 requests in flight go through the one server (`-np` slots), the same vendored llama.cpp.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from veriloop.errors import BackendError
+
+LLAMA_CPP_PYTHON = "0.3.36"
+"""The llama-cpp-python sdist whose vendored llama.cpp is built (its `vendor/llama.cpp`)."""
+
+SERVER_ENV = "VERILOOP_LLAMA_SERVER"
+"""A `llama-server` binary to use instead of finding or building one."""
+
+CMAKE_OPTIONS = (
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DGGML_NATIVE=ON",
+    "-DBUILD_SHARED_LIBS=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_SERVER=ON",
+    "-DLLAMA_BUILD_UI=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+    "-DLLAMA_CURL=OFF",
+)
+"""Release, `-march=native`, static; no web UI (its prebuilt assets would be a download) and no HTTPS."""
+
+Echo = Callable[[str], None]
+
+
+def _echo(message: str) -> None:
+    print(f"[bench llm peer] {message}", file=sys.stderr, flush=True)
+
+
+def cache_root(cache_dir: Path) -> Path:
+    return cache_dir / "llama.cpp" / LLAMA_CPP_PYTHON
+
+
+def find_llama_server(cache_dir: Path) -> Path | None:
+    """`$VERILOOP_LLAMA_SERVER`, else `llama-server` on PATH, else the cached build; None when there is none."""
+    named = os.environ.get(SERVER_ENV)
+    if named:
+        path = Path(named)
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise BackendError(f"{SERVER_ENV}={named} is not an executable file")
+        return path
+    on_path = shutil.which("llama-server")
+    if on_path:
+        return Path(on_path)
+    cached = cache_root(cache_dir) / "bin" / "llama-server"
+    return cached if cached.is_file() else None
+
+
+def _run(command: Sequence[str], log: Path, echo: Echo, what: str) -> None:
+    started = time.perf_counter()
+    echo(f"{what}: {' '.join(command)} (log {log})")
+    with log.open("a") as out:
+        done = subprocess.run(list(command), stdout=out, stderr=subprocess.STDOUT, check=False)
+    if done.returncode:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+        raise BackendError(f"{what} failed ({done.returncode}); the end of {log}:\n{tail}")
+    echo(f"{what}: done in {time.perf_counter() - started:.0f} s")
+
+
+def build_llama_server(cache_dir: Path, jobs: int | None = None, echo: Echo = _echo) -> Path:
+    """Download the llama-cpp-python sdist (nothing else), build its vendored `llama-server`, cache and return it.
+
+    Runs under `nice` (the build takes about half an hour on two cores and should not starve the machine).
+    """
+    root = cache_root(cache_dir)
+    for folder in ("sdist", "src", "bin"):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+    log = root / "build.log"
+    started = time.perf_counter()
+    sdist = root / "sdist" / f"llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz"
+    if not sdist.is_file():
+        pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
+        _run([*pip, f"llama-cpp-python=={LLAMA_CPP_PYTHON}", "-d", str(sdist.parent)], log, echo, "download sdist")
+    source = root / "src" / f"llama_cpp_python-{LLAMA_CPP_PYTHON}" / "vendor" / "llama.cpp"
+    if not (source / "CMakeLists.txt").is_file():
+        echo(f"extracting {sdist.name}")
+        with tarfile.open(sdist) as archive:
+            archive.extractall(root / "src", filter="data")
+    if not (source / "CMakeLists.txt").is_file():
+        raise BackendError(f"{sdist} holds no vendor/llama.cpp")
+    build = root / "build"
+    nice = ["nice", "-n", "10"] if shutil.which("nice") else []
+    _run([*nice, "cmake", "-S", str(source), "-B", str(build), *CMAKE_OPTIONS], log, echo, "configure")
+    jobs = jobs or os.cpu_count() or 1
+    echo(f"building llama-server with {jobs} jobs: about 30 minutes on two cores")
+    _run([*nice, "cmake", "--build", str(build), "--target", "llama-server", "-j", str(jobs)], log, echo, "build")
+    binary = root / "bin" / "llama-server"
+    shutil.copy2(build / "bin" / "llama-server", binary)
+    echo(f"llama-server built in {time.perf_counter() - started:.0f} s: {binary}")
+    return binary
+
+
+def ensure_llama_server(cache_dir: Path, build: bool = True, echo: Echo = _echo) -> Path:
+    """The `llama-server` to run: found, or built once when `build` (else an error saying how to get one)."""
+    found = find_llama_server(cache_dir)
+    if found is not None:
+        return found
+    if not build:
+        raise BackendError(
+            f"no llama-server: set {SERVER_ENV}, put one on PATH, or let the bench build it (drop --peer-no-build)"
+        )
+    return build_llama_server(cache_dir, echo=echo)
+
+
+def bundled_gguf(cache_dir: Path, name: str) -> Path:
+    """The GGUF file of bundled model `name`, the bytes veriloop converts: the wheel's file itself, or the parts
+    joined once (hash-checked) under `<cache_dir>/gguf`, since the converter's joined copy is not kept."""
+    from veriloop.llm.models import BUNDLED, join_gguf
+
+    model = BUNDLED[name]
+    if len(model.parts) == 1:
+        return model.part_paths()[0]
+    dest = cache_dir / "gguf" / model.gguf_file
+    if dest.is_file() and model.size is not None and dest.stat().st_size == model.size:
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    partial = dest.with_suffix(".partial")
+    join_gguf(model, partial)
+    partial.replace(dest)
+    return dest
+
+
+def peak_rss_mb(pid: int) -> float | None:
+    """A process's peak resident set (VmHWM) in MiB; None where /proc does not say."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def reset_peak_rss() -> bool:
+    """Reset this process's VmHWM (Linux `clear_refs` 5), so a later peak is one model's, not the run's."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class LlamaServer:
+    """A running `llama-server`: its process and base URL."""
+
+    process: subprocess.Popen[bytes]
+    url: str
+    command: list[str]
+    log: Path
+    started_s: float = 0.0
+    props: dict[str, Any] = field(default_factory=dict)
+
+    def peak_rss_mb(self) -> float | None:
+        return peak_rss_mb(self.process.pid)
+
+
+@contextlib.contextmanager
+def llama_server(
+    binary: Path,
+    gguf: Path,
+    *,
+    slots: int,
+    context: int,
+    threads: int,
+    log: Path,
+    ready_timeout_s: float = 300.0,
+) -> Iterator[LlamaServer]:
+    """`llama-server` on `gguf` with `slots` parallel slots of `context / slots` tokens each, until the block ends."""
+    port = _free_port()
+    command = [
+        str(binary),
+        *("-m", str(gguf)),
+        *("--host", "127.0.0.1", "--port", str(port)),
+        *("-np", str(slots), "-c", str(context)),
+        *("--threads", str(threads), "--threads-batch", str(threads)),
+    ]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    server = LlamaServer(process, f"http://127.0.0.1:{port}", command, log)
+    try:
+        deadline = time.monotonic() + ready_timeout_s
+        while True:
+            if process.poll() is not None:
+                tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+                raise BackendError(f"llama-server exited with {process.returncode}:\n{tail}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{server.url}/health", timeout=2.0).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise BackendError(f"llama-server did not answer /health within {ready_timeout_s:.0f} s (log {log})")
+            time.sleep(0.2)
+        server.started_s = round(time.perf_counter() - started, 2)
+        with contextlib.suppress(httpx.HTTPError, ValueError):
+            server.props = httpx.get(f"{server.url}/props", timeout=5.0).json()
+        yield server
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def completion_body(prompt_ids: list[int], max_tokens: int, stop: list[str]) -> dict[str, Any]:
+    """The /completion request: the same prompt tokens and greedy settings as veriloop's runs (EOS and `stop` end
+    an answer), no prompt cache (as veriloop's bench takes a fresh batcher per run), the generated ids back."""
+    return {
+        "prompt": prompt_ids,
+        "n_predict": max_tokens,
+        "temperature": 0.0,
+        "top_k": 1,
+        "stop": stop,
+        "cache_prompt": False,
+        "return_tokens": True,
+        "stream": False,
+    }
+
+
+async def _complete_all(
+    url: str, prompts: list[list[int]], max_tokens: int, stop: list[str], concurrency: int
+) -> list[dict[str, Any]]:
+    gate = asyncio.Semaphore(concurrency)
+    limits = httpx.Limits(max_connections=concurrency + 2, max_keepalive_connections=concurrency + 2)
+    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(None), limits=limits) as client:
+
+        async def one(ids: list[int]) -> dict[str, Any]:
+            async with gate:
+                response = await client.post("/completion", json=completion_body(ids, max_tokens, stop))
+                if response.status_code != 200:
+                    raise BackendError(f"llama-server /completion: {response.status_code} {response.text[:300]}")
+                answer: dict[str, Any] = response.json()
+                return answer
+
+        return list(await asyncio.gather(*(one(ids) for ids in prompts)))
+
+
+def useful_tokens(answer: dict[str, Any], count: Callable[[list[int]], int] | None) -> int:
+    """An answer's useful tokens as veriloop counts them (`count` of the generated ids: before EOS or the fence),
+    else `tokens_predicted` less the token that stopped it."""
+    ids = answer.get("tokens")
+    if count is not None and isinstance(ids, list) and ids:
+        return count([int(token) for token in ids])
+    predicted = int(answer.get("tokens_predicted", 0))
+    stopped = answer.get("stop_type") in ("eos", "word")
+    return max(predicted - int(stopped), 0)
+
+
+def run_peer(
+    server: LlamaServer,
+    prompts: list[list[int]],
+    *,
+    max_tokens: int,
+    stop: list[str],
+    concurrencies: Sequence[int],
+    repeat: int = 1,
+    count: Callable[[list[int]], int] | None = None,
+    echo: Echo = _echo,
+) -> dict[str, Any]:
+    """Tokens/s of the prompts at each number in flight (the fastest of `repeat` runs), time to first token (a
+    1-token request per prompt, one at a time: the prompt's prefill and one step), and the server's peak RSS."""
+    asyncio.run(_complete_all(server.url, [prompts[0][:16]], 4, stop, 1))  # warm-up
+    rates: dict[str, float] = {}
+    seconds: dict[str, float] = {}
+    tokens: dict[str, int] = {}
+    timings: dict[str, dict[str, float]] = {}
+    for _ in range(max(repeat, 1)):
+        for concurrency in concurrencies:
+            name = "batch_1" if concurrency == 1 else f"in_flight_{concurrency}"
+            started = time.perf_counter()
+            answers = asyncio.run(_complete_all(server.url, prompts, max_tokens, stop, concurrency))
+            elapsed = time.perf_counter() - started
+            useful = sum(useful_tokens(answer, count) for answer in answers)
+            echo(f"llama.cpp {name}: {useful} tokens in {elapsed:.1f} s ({useful / elapsed:.1f}/s)")
+            if name in seconds and seconds[name] <= elapsed:
+                continue
+            seconds[name], tokens[name], rates[name] = elapsed, useful, useful / elapsed
+            timings[name] = _mean_timings(answers)
+    first: list[float] = []
+    for ids in prompts:
+        started = time.perf_counter()
+        asyncio.run(_complete_all(server.url, [ids], 1, stop, 1))
+        first.append(time.perf_counter() - started)
+    return {
+        "tokens_per_s": {name: round(rate, 2) for name, rate in rates.items()},
+        "ttft_s": round(statistics.median(first), 4),
+        "peak_rss_mb": server.peak_rss_mb(),
+        "seconds": {name: round(value, 2) for name, value in seconds.items()},
+        "useful_tokens": tokens,
+        "server_timings_mean": timings,
+        "server_start_s": server.started_s,
+    }
+
+
+def _mean_timings(answers: list[dict[str, Any]]) -> dict[str, float]:
+    """The server's own per-request figures, averaged: prompt and generated tokens per second as it measured them."""
+    keys = ("prompt_per_second", "predicted_per_second", "prompt_n", "predicted_n")
+    found = [answer.get("timings") or {} for answer in answers]
+    return {
+        key: round(statistics.mean(float(t[key]) for t in found), 2) for key in keys if all(key in t for t in found)
+    }
+
+
+def best_of_threads(runs: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """The peer's figures from runs at several thread counts: each tokens/s the best of any count (with the count
+    that gave it), the lowest time to first token, the highest peak RSS; every run kept under `by_threads`."""
+    if not runs:
+        raise ValueError("no runs")
+    keys = dict.fromkeys(key for run in runs.values() for key in run["tokens_per_s"])
+    best = {key: max(runs, key=lambda threads: runs[threads]["tokens_per_s"].get(key, 0.0)) for key in keys}
+    rss = [run["peak_rss_mb"] for run in runs.values() if run.get("peak_rss_mb") is not None]
+    return {
+        "tokens_per_s": {key: runs[threads]["tokens_per_s"][key] for key, threads in best.items()},
+        "threads_of_best": best,
+        "ttft_s": min(run["ttft_s"] for run in runs.values()),
+        "peak_rss_mb": max(rss) if rss else None,
+        "by_threads": {str(threads): run for threads, run in runs.items()},
+    }
+
+
+def ratios(veriloop: dict[str, float], peer: dict[str, float]) -> dict[str, float | None]:
+    """veriloop's tokens/s over llama.cpp's for each key both measured (None where llama.cpp's is zero)."""
+    return {key: (round(veriloop[key] / peer[key], 3) if peer[key] else None) for key in veriloop if key in peer}
+
+
+def machine() -> dict[str, Any]:
+    """The CPU the figures belong to: its model name, core count and the instruction sets that choose kernels."""
+    name, flags, fields = "unknown", set[str](), dict[str, str]()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key == "model name" and name == "unknown":
+                name = value.strip()
+            elif key == "flags" and not flags:
+                flags = set(value.split())
+            elif key in ("cpu family", "model", "stepping", "vendor_id") and key not in fields:
+                fields[key] = value.strip()
+    wanted = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_tile")
+    return {
+        "cpu": name,
+        "cpuid": fields,
+        "cpus": os.cpu_count(),
+        "flags": {flag: flag in flags for flag in wanted},
+    }
+
+
+def server_version(binary: Path) -> str:
+    """What `llama-server --version` says (its build number and commit), or '' where it says nothing."""
+    try:
+        done = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    lines = [line.strip() for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    return "; ".join(line for line in lines if "version" in line or "built with" in line) or (lines[0] if lines else "")
