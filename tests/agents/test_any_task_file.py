@@ -18,7 +18,7 @@ import pytest
 
 from veriloop.cli import main
 from veriloop.config import Settings, load_settings
-from veriloop.records import Candidate, Diagnostic, Prompt, Task, VerifyResult, VerifyStatus
+from veriloop.records import Candidate, Diagnostic, ExecStatus, Prompt, Task, VerifyResult, VerifyStatus
 from veriloop.store import TrajectoryStore
 from veriloop.testing import ScriptedBackend
 from veriloop.verifiers import VERIFIERS
@@ -168,15 +168,15 @@ def test_a_mixed_task_file_is_judged_by_each_tasks_verifier(
     with TrajectoryStore.from_settings(settings) as store:
         nodes = store.list_nodes(report["run_id"])
         judged = {node.task_id.split("/")[-1]: node for node in nodes if node.code is not None}
-        for name in ("twice", "thrice", "double", "add"):
+        for name in ("twice", "thrice", "double", "add"):  # the tests verifier's verdicts: their executions
             node = judged[name]
-            assert node.verify_result is not None and node.verify_result.tool == "tests", name
-            assert node.exec_result is not None and node.exec_result.tests, name
+            assert node.verify_result is None and node.exec_result is not None and node.exec_result.tests, name
         twice, thrice = judged["twice"].exec_result, judged["thrice"].exec_result
         assert twice is not None and [t.name for t in twice.tests] == ["case0", "case1", "case2"]
         assert thrice is not None and [t.passed for t in thrice.tests] == [False, False, False]
-        assert judged["thrice"].verify_result is not None
-        assert judged["thrice"].verify_result.status is VerifyStatus.FAILED  # compiled and run, not a syntax error
+        assert thrice.status is ExecStatus.FAILED  # compiled and run by the harness, not a Python syntax error
+        double = judged["double"].exec_result
+        assert double is not None and double.passed and len(double.tests) in (1, 2)  # public, or every case
         proof = judged["proof"]
         assert proof.exec_result is None and proof.verify_result is not None and proof.verify_result.tool == "qed"
         prompts = [node.messages[0].content for node in nodes if node.messages]
@@ -209,8 +209,10 @@ def test_the_embedded_model_on_a_mixed_task_file(
         nodes = [node for node in store.list_nodes(report["run_id"]) if node.code is not None]
     assert {node.task_id for node in nodes} == {f"mixed/{row['id']}" for row in ROWS}
     for node in nodes:
-        expected = "qed" if node.task_id == "mixed/proof" else "tests"
-        assert node.verify_result is not None and node.verify_result.tool == expected, node.task_id
+        if node.task_id == "mixed/proof":
+            assert node.verify_result is not None and node.verify_result.tool == "qed"
+        else:
+            assert node.exec_result is not None and node.verify_result is None, node.task_id
 
 
 @pytest.mark.bwrap

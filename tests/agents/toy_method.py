@@ -59,6 +59,7 @@ async def judge(state: ToyState, runtime: Runtime[Deps]) -> dict[str, Any]:
             role="generate",
             code=code,
             **result.node_fields(),
+            score=result.score,
             metadata={STEP_KEY: 0, "candidate": index},
         )
         for index, (code, result) in enumerate(zip(codes, results, strict=True))

@@ -5,7 +5,7 @@ that never outlives its caller, and running a graph so that an interrupted threa
     graph = build_graph(checkpointer)                        # the same shape in every `agents/<method>/graph.py`
     final = await run_graph(graph, initial, deps, thread=thread_id(run.id, task.id))
     checked = await check(task, code, ctx)                   # asserts, stdin/stdout, a C++ harness, Dafny
-    await store_nodes(ctx, [Node(..., **checked.node_fields())])
+    await store_nodes(ctx, [Node(..., **checked.node_fields(), score=checked.score)])
     return await finish_attempt(ctx, task, passed=checked.passed, ...)
 """
 
@@ -29,7 +29,7 @@ from veriloop.records import Attempt, Candidate, Constraint, ExecResult, Node, T
 from veriloop.sandbox import Sandbox, Toolchain, default_limits
 from veriloop.sandbox.job import Job
 from veriloop.verifiers import Verifier, get_verifier
-from veriloop.verifiers.tests import TestsVerifier, result_from_exec
+from veriloop.verifiers.tests import TestsVerifier
 
 T = TypeVar("T")
 
@@ -128,8 +128,12 @@ class Check:
         return 1.0 if self.passed else max(self.verdict.score, 0.0)
 
     def node_fields(self) -> dict[str, Any]:
-        """What a stored node records of the check: the execution, the verdict and the score."""
-        return {"exec_result": self.execution, "verify_result": self.verdict, "score": self.score}
+        """What a stored node records of the check: a tests verdict as its execution (the verdict is a function of
+        it, `result_from_exec`, and readers tell tested nodes from verified ones by which record they hold), any
+        other verdict as the verifier's result."""
+        if self.execution is not None:
+            return {"exec_result": self.execution}
+        return {"verify_result": self.verdict}
 
 
 async def check(task: Task, code: str, ctx: AgentContext, tests: str | None = None) -> Check:
@@ -147,11 +151,6 @@ async def check(task: Task, code: str, ctx: AgentContext, tests: str | None = No
     witness = _Borrowed(ctx.sandbox)
     verdict = await TestsVerifier(witness, default_limits(ctx.settings)).verify(candidate, judged)
     return Check(verdict, witness.result)
-
-
-def judged(result: ExecResult) -> Check:
-    """A run a method built itself (F2STrans's filled target test program) in the tests verifier's vocabulary."""
-    return Check(result_from_exec(result), result)
 
 
 class _Borrowed:

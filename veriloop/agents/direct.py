@@ -62,6 +62,7 @@ async def solve(task: Task, ctx: AgentContext, params: SamplingParams = DEFAULT_
         completion=completion,
         code=code,
         **checked.node_fields(),
+        score=checked.score,
     )
     await store_nodes(ctx, [node])
     return await finish_attempt(

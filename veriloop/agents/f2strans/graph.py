@@ -25,7 +25,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
 from veriloop.agents.checkpoint import thread_id
-from veriloop.agents.common import answer_constraint, finish_attempt, judged, run_graph, store_nodes
+from veriloop.agents.common import answer_constraint, finish_attempt, run_graph, share_passed, store_nodes
 from veriloop.agents.context import AgentContext
 from veriloop.agents.f2strans import prompts
 from veriloop.agents.f2strans.state import F2STransOptions, TranslationState
@@ -151,7 +151,8 @@ async def check(state: TranslationState, runtime: Runtime[Deps]) -> dict[str, An
             messages=messages,
             completion=completion,
             code=code,
-            **judged(result).node_fields(),
+            exec_result=result,
+            score=share_passed(result),
             metadata={
                 "source_language": item.source_language,
                 "target_language": item.target_language,

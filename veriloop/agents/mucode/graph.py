@@ -143,8 +143,7 @@ async def select(state: MuCodeState, runtime: Runtime[Deps]) -> dict[str, Any]:
             messages=sample.messages,
             completion=sample.completion,
             code=sample.code,
-            exec_result=sample.public.execution if sample.public is not None else None,
-            verify_result=sample.public.verdict if sample.public is not None else None,
+            **(sample.public.node_fields() if sample.public is not None else {}),
             score=sample.score,
             metadata={
                 STEP_KEY: turn,
@@ -193,8 +192,7 @@ async def final(state: MuCodeState, runtime: Runtime[Deps]) -> dict[str, Any]:
         depth=state["turn"],
         role="final",
         code=chosen.code,
-        exec_result=result.execution,
-        verify_result=result.verdict,
+        **result.node_fields(),
         score=1.0 if result.passed else 0.0,
         metadata={STEP_KEY: state["turn"], "rollout": state.get("rollout", 0), "tests": "public+private"},
     )

@@ -131,6 +131,7 @@ async def _record_attempts(deps: Deps, trajectories: Sequence[Trajectory], compl
             completion=completion,
             code=code,
             **checked.node_fields(),
+            score=checked.score,
             metadata={"trajectory": trajectory.index, STEP_KEY: trajectory.rounds},
         )
         nodes.append(node)
