@@ -258,7 +258,8 @@ def test_static_rules_let_each_round_three_twin_through(name: str) -> None:
     assert static_check(NAGINI, code, spec) is None
 
 
-def test_a_candidate_python_cannot_parse_is_refused() -> None:
-    """Nagini parses with the same Python; what the guard cannot read it cannot vouch for."""
-    reason = static_check(NAGINI, DOUBLE + "    return x +\n", None)
-    assert reason is not None and "parse" in reason
+def test_a_candidate_python_cannot_parse_is_left_to_nagini() -> None:
+    """NaginiVerifier.check parses the candidate on the host first and answers syntax_error itself, so what the
+    guard cannot read never reaches Nagini and is never a proof (the real verdict:
+    test_nagini.py::test_fixture_verdicts[syntax_error]); a guard rejection would misreport it as cheating."""
+    assert static_check(NAGINI, DOUBLE + "    return x +\n", None) is None
