@@ -14,11 +14,12 @@ PACKAGE = Path(__file__).resolve().parents[1] / "veriloop"
 LAYERS: list[tuple[str, set[str]]] = [
     ("face", {"cli", "service", "bench", "__main__"}),
     ("methods", {"agents", "training"}),
-    ("machinery", {"search", "tasks", "verifiers", "llm"}),
+    ("machinery", {"judge", "search", "tasks", "verifiers", "llm", "client"}),
     ("ground", {"sandbox", "kernels", "store"}),
-    ("core", {"records", "errors", "config", "registry", "client", "testing", "__init__", "_astguard"}),
+    ("core", {"records", "errors", "config", "registry", "testing", "__init__", "_astguard"}),
 ]
-"""Top to bottom. An import may point to its own layer or any layer below it, never above."""
+"""Top to bottom. An import may point to its own layer or any layer below it, never above. `client` is the old path
+of the judge's client, a re-export of `judge.client`, so it sits beside `judge`."""
 
 RANK = {name: len(LAYERS) - i for i, (_, names) in enumerate(LAYERS) for name in names}
 LAYER_OF = {name: layer for layer, names in LAYERS for name in names}

@@ -11,7 +11,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("name", ["kernels", "agents", "search", "llm", "sandbox", "store", "verifiers"])
+@pytest.mark.parametrize("name", ["kernels", "agents", "judge", "search", "llm", "sandbox", "store", "verifiers"])
 def test_subpackages_resolve_to_repository_folders(name: str) -> None:
     module = importlib.import_module(f"veriloop.{name}")
     assert module.__file__ is not None

@@ -1,7 +1,7 @@
 """veriloop: agentic code generation and verification.
 
 Subpackages, from the face down (imports point down this list, never up):
-`cli` and `service` (face); `agents` and `training` (methods); `search`, `tasks`,
+`cli` and `service` (face); `agents` and `training` (methods); `judge`, `search`, `tasks`,
 `verifiers`, `llm` (machinery); `sandbox`, `kernels`, `store` (ground); and the core
 modules `records`, `errors`, `config`.
 """

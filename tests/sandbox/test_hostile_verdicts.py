@@ -245,8 +245,8 @@ def test_the_refusal_names_the_missing_entry_point() -> None:
 
 def test_zero_tests_never_pass_outside_the_sandbox_either() -> None:
     """The judge and the verifier never turn a `passed` with no test outcome into a pass (defence in depth)."""
+    from veriloop.judge.engine import RewardOptions, exec_reward, without_evidence
     from veriloop.records import VerifyStatus
-    from veriloop.search.judge import RewardOptions, exec_reward, without_evidence
     from veriloop.verifiers.tests import result_from_exec
 
     empty = ExecResult(status=ExecStatus.PASSED)
@@ -261,7 +261,7 @@ def test_zero_tests_never_pass_outside_the_sandbox_either() -> None:
 async def test_the_judge_answers_an_uncalled_check_with_an_error_not_a_pass(bwrap_warm: Any) -> None:
     """The judge behind POST /api/judge and the GRPO reward: no verdict, no reward, and the message says why."""
     from veriloop.config import load_settings
-    from veriloop.search.judge import Judge, JudgeCandidate
+    from veriloop.judge.engine import Judge, JudgeCandidate
 
     judge = Judge(load_settings(None), sandbox=bwrap_warm, security=False)
     tests = "METADATA = {}\n\n" + CHECK
@@ -653,7 +653,7 @@ async def test_a_prompt_cut_after_the_signature_and_a_judge_without_an_entry_poi
     """A raw code prefix (`def square(x):` for the model to continue, the GRPO reward's prompt) still protects its
     names, and the judge finds the entry point in `check(square)` when the request names none."""
     from veriloop.config import load_settings
-    from veriloop.search.judge import Judge, JudgeCandidate
+    from veriloop.judge.engine import Judge, JudgeCandidate
 
     prompt = "TOL = 1e-9\n\n\ndef square(x):\n"
     assert langs.prompt_helpers(prompt, "square") == "TOL = 1e-9\n\n\ndef square(x):\n    pass\n"

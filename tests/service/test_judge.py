@@ -19,8 +19,8 @@ import pytest
 import uvicorn
 from fastapi.testclient import TestClient
 
-from veriloop.client import JudgeClient, JudgeError
 from veriloop.config import Settings, load_settings
+from veriloop.judge.client import JudgeClient, JudgeError
 from veriloop.service.app import create_app
 from veriloop.store import TrajectoryStore, upgrade_database
 from veriloop.store.exports import ExportFilter, ExportOptions, build_rows

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from veriloop.client import JudgeClient
+from veriloop.judge.client import JudgeClient
 from veriloop.testing import served
 
 CLIENTS = 8

@@ -26,8 +26,8 @@ import uvicorn
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from veriloop.client import JudgeClient
 from veriloop.config import Settings, load_settings
+from veriloop.judge.client import JudgeClient
 from veriloop.records import ExecResult, ExecStatus
 from veriloop.service import openrlhf, sandbox_fusion
 from veriloop.service.app import create_app

@@ -402,7 +402,7 @@ def test_the_toy_gets_a_translation_suite_and_a_default_suite(
 async def test_the_judge_api_judges_a_toy_proof(tmp_path: Path) -> None:
     """`POST /api/judge`'s judge finds the toy through its descriptor, like dafny: honest verified, forged rejected."""
     from veriloop.config import load_settings
-    from veriloop.search.judge import Judge, JudgeCandidate, RewardOptions
+    from veriloop.judge.engine import Judge, JudgeCandidate, RewardOptions
 
     judge = Judge(load_settings(paths={"home": tmp_path}), security=False)
     honest = JudgeCandidate(language="toy", code=ABS, spec=SPEC, verifier="toy")

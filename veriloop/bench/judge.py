@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from veriloop.config import Settings
+from veriloop.judge.security import scan_python
 from veriloop.sandbox import Limits
 from veriloop.sandbox.bwrap import BwrapSandbox
 from veriloop.sandbox.languages import program_job, python_tests_job
-from veriloop.search.security import scan_python
 
 BATCHES = (1, 16, 64)
 RUN_CODE_IN_FLIGHT = 64

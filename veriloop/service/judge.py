@@ -32,9 +32,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from veriloop.config import JudgeSettings, Settings
 from veriloop.errors import NotFoundError
+from veriloop.judge.engine import Judge, JudgeCandidate, RewardOptions, Verdict
 from veriloop.records import Attempt, Completion, Node, Run, RunStatus, new_id
 from veriloop.records import Message as ChatMessage
-from veriloop.search.judge import Judge, JudgeCandidate, RewardOptions, Verdict
 from veriloop.service.contract import JSONRoute, as_json
 from veriloop.service.deps import app_store, settings_of
 from veriloop.service.http_errors import APIError, error_response, sse_event_schema

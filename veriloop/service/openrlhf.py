@@ -27,8 +27,8 @@ from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from veriloop.errors import ConfigError
+from veriloop.judge.engine import JudgeCandidate, RewardOptions, Verdict
 from veriloop.llm.codeblocks import extract_code
-from veriloop.search.judge import JudgeCandidate, RewardOptions, Verdict
 from veriloop.service.http_errors import APIError
 from veriloop.service.judge import (
     ERRORS,

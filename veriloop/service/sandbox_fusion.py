@@ -32,12 +32,12 @@ from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from veriloop.errors import ConfigError, NotFoundError
+from veriloop.judge.engine import JudgeCandidate, Verdict
 from veriloop.llm.codeblocks import extract_code
 from veriloop.records import ExecResult, ExecStatus
 from veriloop.sandbox import Job, Limits
 from veriloop.sandbox import languages as langs
 from veriloop.sandbox.checks import normalise
-from veriloop.search.judge import JudgeCandidate, Verdict
 from veriloop.service.http_errors import APIError, error_response
 from veriloop.service.judge import (
     ERRORS,

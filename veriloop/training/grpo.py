@@ -57,7 +57,7 @@ def judge_for(spec: TrainSpec, settings: Settings) -> tuple[JudgeFn, Any]:
     """The remote judge (`judge_url`) or one in this process; the second item closes it."""
     options = GRPOConfig.of(spec)
     if options.judge_url:
-        from veriloop.client import JudgeClient
+        from veriloop.judge.client import JudgeClient
 
         client = JudgeClient(options.judge_url, token=options.judge_token)
         return client, client.close

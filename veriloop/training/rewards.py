@@ -4,7 +4,7 @@ TRL calls it with the prompts, the completions and every other dataset column as
 returns one float per completion, or `None` where the judge could not judge (`infra_error`): TRL 1.16
 marks such completions unscorable and gives them no advantage, where 0 would punish a candidate for a
 broken sandbox. The judge is in-process (`LocalJudge`: this process's sandbox and verifiers) or remote
-(`veriloop.client.JudgeClient` against `veriloop serve`); both answer the same verdicts.
+(`veriloop.judge.client.JudgeClient` against `veriloop serve`); both answer the same verdicts.
 
 Columns it reads (missing ones are left out of the candidate): `tests` (assert tests, a harness, or a
 list of stdin/stdout cases), `entry_point`, `task_id` + `suite` (a stored task), `spec` + `verifier`,
@@ -39,7 +39,7 @@ class LocalJudge:
     """The judge in this process, on a private event loop thread (TRL calls rewards synchronously)."""
 
     def __init__(self, settings: Settings, *, concurrency: int | None = None, security: bool = True) -> None:
-        from veriloop.search.judge import Judge
+        from veriloop.judge.engine import Judge
 
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="veriloop-judge", daemon=True)
@@ -54,7 +54,7 @@ class LocalJudge:
         return asyncio.run_coroutine_threadsafe(work, self._loop).result()
 
     def _work(self, candidates: Sequence[Any], reward: Mapping[str, Any] | None) -> Coroutine[Any, Any, Any]:
-        from veriloop.search.judge import JudgeCandidate, RewardOptions
+        from veriloop.judge.engine import JudgeCandidate, RewardOptions
 
         parsed = [c if isinstance(c, JudgeCandidate) else JudgeCandidate.model_validate(c) for c in candidates]
         options = RewardOptions.model_validate(dict(reward or {}))

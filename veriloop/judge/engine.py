@@ -13,7 +13,7 @@ guard always on), so the judge serves whatever those judge. What the judge adds:
   `queue_timeout_s` for a slot is answered `infra_error` (overloaded), not `failed`.
 
 The service (`service/judge.py`) adds HTTP, per-token limits, jobs and storage on top; the GRPO reward
-function uses this in-process or through `veriloop.client` remotely.
+function uses this in-process or through `veriloop.judge.client` remotely.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from pydantic.config import JsonDict
 
 from veriloop.config import Settings
 from veriloop.errors import ConfigError, VeriloopError
+from veriloop.judge.security import Finding, Severity, counted, scan_python
 from veriloop.records import (
     Candidate,
     ExecResult,
@@ -40,7 +41,6 @@ from veriloop.records import (
 from veriloop.sandbox import Limits, Sandbox, StdioCase, default_limits, get_sandbox
 from veriloop.sandbox import languages as langs
 from veriloop.search.score import alphaverus_score
-from veriloop.search.security import Finding, Severity, counted, scan_python
 from veriloop.tasks.base import SUITE_NAME
 from veriloop.verifiers.target import VerifierChoice, formal_verifiers, proof_verifier
 

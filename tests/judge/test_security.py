@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from veriloop.search.security import counted, scan_python
+from veriloop.judge.security import counted, scan_python
 
 SHELL = "import subprocess\nsubprocess.run('ls ' + input(), shell=True)\n"
 
