@@ -90,6 +90,14 @@ def test_the_best_thread_count_gives_each_figure() -> None:
     assert best["by_threads"] == {"1": one, "2": two}
 
 
+def test_thread_plan_runs_each_count_where_asked() -> None:
+    assert peer.peer_thread_plan("", 2, (1, 8)) == {1: (1, 8), 2: (1, 8)}
+    assert peer.peer_thread_plan("", 1, (1, 8)) == {1: (1, 8)}
+    assert peer.peer_thread_plan("1,2@8", 2, (1, 8)) == {1: (1, 8), 2: (8,)}
+    with pytest.raises(ValueError, match="peer-threads"):
+        peer.peer_thread_plan("2@4", 2, (1, 8))
+
+
 def test_ratios_are_veriloop_over_llama_cpp() -> None:
     got = peer.ratios({"batch_1": 40.0, "in_flight_8": 150.0}, {"batch_1": 50.0, "in_flight_8": 100.0})
     assert got == {"batch_1": 0.8, "in_flight_8": 1.5}

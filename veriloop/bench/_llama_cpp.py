@@ -342,6 +342,22 @@ def _mean_timings(answers: list[dict[str, Any]]) -> dict[str, float]:
     }
 
 
+def peer_thread_plan(spec: str, cores: int, concurrencies: tuple[int, ...]) -> dict[int, tuple[int, ...]]:
+    """`--peer-threads` as {threads: the numbers in flight to run with them}: `1,2` runs both at every number,
+    `1,2@8` runs 2 threads at 8 in flight only (a 2-thread batch-1 run on busy shared cores takes minutes and is
+    never the best); empty: 1 and `cores` at every number."""
+    plan: dict[int, tuple[int, ...]] = {}
+    items = [item.strip() for item in spec.split(",") if item.strip()] or ["1", str(cores)]
+    for item in items:
+        threads, _, only = item.partition("@")
+        count = int(threads)
+        wanted = tuple(c for c in concurrencies if not only or c == int(only))
+        if count < 1 or not wanted:
+            raise ValueError(f"--peer-threads {item!r}: T or T@C with T >= 1 and C one of {concurrencies}")
+        plan[count] = tuple(dict.fromkeys(plan.get(count, ()) + wanted))
+    return plan
+
+
 def best_of_threads(runs: dict[int, dict[str, Any]]) -> dict[str, Any]:
     """The peer's figures from runs at several thread counts: each tokens/s the best of any count (with the count
     that gave it), the lowest time to first token, the highest peak RSS; every run kept under `by_threads`."""

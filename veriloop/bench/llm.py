@@ -89,6 +89,7 @@ from veriloop.bench._llama_cpp import (
     llama_server,
     machine,
     peak_rss_mb,
+    peer_thread_plan,
     ratios,
     reset_peak_rss,
     run_peer,
@@ -214,8 +215,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--peer-threads",
         default="",
-        help="llama-server thread counts to run, comma-separated; the best of each figure is the peer's"
-        " (default: 1 and the usable cores: on shared cores llama.cpp's spinning threads can run far slower with 2).",
+        help="llama-server thread counts to run, comma-separated, each T or T@C (only at C in flight); the best of"
+        " each figure is the peer's (default: 1 and the usable cores: on shared cores llama.cpp's spinning threads"
+        " can run far slower with 2).",
     )
     parser.add_argument("--peer-no-build", action="store_true", help="Fail instead of building a missing llama-server.")
     parser.add_argument(
@@ -489,9 +491,9 @@ def _llama_cpp_peer(
     gguf = bundled_gguf(cache, settings.llm.model)
     ids = [list(tokenizer(prompt, add_special_tokens=True).input_ids) for prompt in prompts]
     per_slot = -(-(max(len(one) for one in ids) + args.max_tokens + 64) // 256) * 256
-    counts = [int(item) for item in args.peer_threads.split(",") if item.strip()] or [1, usable_cores()]
+    plan = peer_thread_plan(args.peer_threads, usable_cores(), (1, args.concurrency))
     runs: dict[int, dict[str, Any]] = {}
-    for threads in dict.fromkeys(counts):
+    for threads, concurrencies in plan.items():
         _progress(f"llama.cpp: {binary.name} on {gguf.name}, {args.concurrency} slots of {per_slot}, {threads} threads")
         log = cache_root(cache) / "logs" / f"{settings.llm.model}.{threads}.log"
         context = per_slot * args.concurrency
@@ -501,7 +503,7 @@ def _llama_cpp_peer(
                 ids,
                 max_tokens=args.max_tokens,
                 stop=[FENCE],
-                concurrencies=(1, args.concurrency),
+                concurrencies=concurrencies,
                 repeat=args.repeat,
                 count=lambda new: _answer(tokenizer, new, eos)[1],
             )
