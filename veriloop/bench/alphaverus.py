@@ -74,11 +74,11 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 
 
 async def _filters(
-    ctx: AgentContext, attempts: list[Attempt], tasks: dict[str, Task], args: argparse.Namespace
+    ctx: AgentContext, attempts: list[Attempt], tasks: dict[str, Task], args: argparse.Namespace, target: str
 ) -> dict[str, int]:
     """Exploit model and equivalence judge on each solved program (as the AlphaVerus loop filters them)."""
     counts = {"checked": 0, "exploit_rejected": 0, "judge_rejected": 0}
-    bare = make_verifier("dafny", ctx, guard=False)
+    bare = make_verifier(target, ctx, guard=False)
     try:
         for attempt in attempts:
             if attempt.status != "passed" or attempt.best_node_id is None:
@@ -87,13 +87,13 @@ async def _filters(
             task = tasks[attempt.task_id]
             counts["checked"] += 1
             verdict = await filters.exploit_check(
-                node, task, "dafny", ctx.backend, bare, ctx.store, samples=args.exploit_samples
+                node, task, target, ctx.backend, bare, ctx.store, samples=args.exploit_samples
             )
             if verdict.rejected:
                 counts["exploit_rejected"] += 1
                 continue
             verdict = await filters.judge_check(
-                node, task.prompt, "dafny", "dafny", ctx.backend, ctx.store, votes=args.judge_votes
+                node, task.prompt, target, target, ctx.backend, ctx.store, votes=args.judge_votes
             )
             counts["judge_rejected"] += int(verdict.rejected)
     finally:
@@ -119,8 +119,11 @@ async def run_setting(
     sandbox: Sandbox,
     result: dict[str, Any],
     infill: str = "hints",
+    filtered: bool = False,
 ) -> dict[str, Any]:
-    """Every search on every task of one setting (the suite slice `chosen`); one stored run per search."""
+    """Every search on every task of one setting (the suite slice `chosen`); one stored run per search. `filtered`:
+    solved programs also go through the exploit model and the equivalence judge (the setting chooses, not the
+    verifier's name: `dafny_hints` measures them as AlphaVerus did; `nagini_hints` does not)."""
     tasks = list(chosen.tasks)
     report: dict[str, Any] = result.setdefault(name, {})
     by_id = {task.id: task for task in tasks}
@@ -158,7 +161,7 @@ async def run_setting(
         wall = time.perf_counter() - started
         nodes = store.list_nodes(run.id)
         guard = sum(1 for n in nodes if n.verify_result is not None and n.verify_result.status is VerifyStatus.REJECTED)
-        checks = await _filters(ctx, attempts, by_id, args) if target == "dafny" else {}
+        checks = await _filters(ctx, attempts, by_id, args, target) if filtered else {}
         store.finish_run(run.id, RunStatus.FINISHED)
         solved = [a for a in attempts if a.status == "passed"]
         by_pruning = [
@@ -269,7 +272,9 @@ async def run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
             for infill in [mode.strip() for mode in args.infill.split(",") if mode.strip()]:
                 name = "dafny_hints" if infill == "hints" else "dafny_hints_whole"
                 shortest = suite.select(ids=[task.id for task in tasks])
-                await run_setting(name, shortest, "dafny", args, settings, store, backend, sandbox, result, infill)
+                await run_setting(
+                    name, shortest, "dafny", args, settings, store, backend, sandbox, result, infill, filtered=True
+                )
             result["dafny_hints_suite"] = suite.version
             result["summary"] = summary(result, len(tasks))
         if "nagini_hints" in chosen:

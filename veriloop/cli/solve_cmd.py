@@ -30,7 +30,7 @@ from veriloop.cli.app import JsonFlag, app, emit, state
 from veriloop.config import Settings
 from veriloop.errors import ConfigError, NotFoundError, VerifierError
 from veriloop.records import Attempt, Candidate, Node, Run, VerifyStatus
-from veriloop.verifiers.target import proof_verifier
+from veriloop.verifiers.target import proof_verifier, verifier_target
 
 if TYPE_CHECKING:
     from veriloop.store import TrajectoryStore
@@ -149,8 +149,8 @@ def plan_solve(
         "language": language,
         "spec": spec if spec is not None else code,
         "verifier": target,
-        # Dafny programs get AlphaVerus's hints prompt (DafnyBench's task); others are completed in place
-        "mode": "hints" if target == "dafny" else "inference",
+        # the target's descriptor says how a lone program is posed (Dafny's: the hints prompt of DafnyBench's task)
+        "mode": verifier_target(target).solve_mode,
     }
     options = {"target": target, "mode": "inference", "width": width, "depth": depth, "max_tokens": max_tokens}
     return Plan("alphaverus", options, row, target, language)

@@ -197,6 +197,15 @@ def verify_reward(result: VerifyResult, options: RewardOptions) -> float | None:
     return alphaverus_score(result) if options.partial_credit else 0.0
 
 
+def _runnable(language: str) -> bool:
+    """A language the sandbox runs with tests (`sandbox.languages`)."""
+    try:
+        langs.language(language)
+    except ConfigError:
+        return False
+    return True
+
+
 def penalised(reward: float | None, findings: list[Finding], options: RewardOptions) -> float | None:
     if reward is None or not options.security_weight:
         return reward
@@ -324,9 +333,11 @@ class Judge:
     # ----------------------------------------------------------------------- parts
 
     def _formal(self, candidate: JudgeCandidate) -> bool:
+        """Verified, not tested: a verifier or spec is named, or the language is one no sandbox runs but a formal
+        verifier proves (Dafny's: a stored Dafny task is proved; Nagini's Python and Verus's Rust are run)."""
         if candidate.verifier is not None or candidate.spec is not None:
             return True
-        return candidate.language == "dafny"
+        return not _runnable(candidate.language) and proof_verifier(candidate.language) is not None
 
     @staticmethod
     def _infra(index: int, kind: Literal["tests", "verify"], started: float, message: str) -> Verdict:

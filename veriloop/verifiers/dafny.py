@@ -181,6 +181,7 @@ TARGET = VerifierTarget(
     exploit_kinds=("method",),
     exploit_example=("method Id(x: int) returns (r: int)\n  ensures r == r\n{", "  r := 0;\n}"),
     suite="dafnybench-hints",
+    solve_mode="hints",
 )
 
 

@@ -56,6 +56,9 @@ class VerifierTarget:
     """(pattern, message): AlphaVerus's language-specific syntactic rules on the code without comments."""
     suite: str | None = None
     """The suite `veriloop run alphaverus --target NAME` runs when no --suite is given."""
+    solve_mode: Literal["hints", "inference"] = "inference"
+    """How `veriloop solve` asks AlphaVerus to prove a lone program in this language: `hints` fills in its
+    annotations (DafnyBench's task, as Dafny's default suite poses it), `inference` completes it in place."""
 
     @property
     def layout(self) -> Literal["braces", "indent"]:
