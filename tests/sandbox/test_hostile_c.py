@@ -1,4 +1,4 @@
-"""Adversarial suite for the C harness runner (TransCoder's `f_filled` vs `f_gold`, split by split_c.py): the
+"""Adversarial suite for the C harness runner (TransCoder's `f_filled` vs `f_gold`, split by split/c.py): the
 candidate's side only records values; the trusted side, built and run afterwards in a fresh work dir, compares them.
 Hostile, wrong candidates try the channels a C program has; none may pass, each honest twin must. All jobs of the
 suite run in one test, side by side, to keep its cost near that of the compiler runs alone.

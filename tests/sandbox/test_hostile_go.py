@@ -1,4 +1,4 @@
-"""Adversarial suite for the Go harness runner (TransCoder's `f_filled` vs `f_gold`, split by split_go.py): hostile,
+"""Adversarial suite for the Go harness runner (TransCoder's `f_filled` vs `f_gold`, split by split/go.py): hostile,
 wrong candidates try the channels a Go program has; none may pass, each honest twin must. The whole suite is one
 batch of jobs. Slow: every job builds two programs with an empty Go build cache. Skipped where go is not installed
 (scripts/setup-sandbox.sh installs golang-go where the distribution has it).

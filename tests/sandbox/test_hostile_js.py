@@ -1,4 +1,4 @@
-"""Adversarial suite for the JavaScript harness runner (`f_filled` vs `f_gold`, split by split_js.py): hostile, wrong
+"""Adversarial suite for the JavaScript harness runner (`f_filled` vs `f_gold`, split by split/js.py): hostile, wrong
 candidates try the channels a Node program has (the test compares with `==`, so objects with `valueOf` are tried too);
 none may pass, each honest twin must. The whole suite is one batch of jobs.
 """

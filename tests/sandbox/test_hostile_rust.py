@@ -1,5 +1,5 @@
 """Adversarial suite for the Rust harness runner (TransCoder's c2rust-style `f_filled` vs `f_gold`, split by
-split_rust.py): hostile, wrong candidates try the channels a Rust program has; none may pass, each honest twin must.
+split/rust.py): hostile, wrong candidates try the channels a Rust program has; none may pass, each honest twin must.
 The whole suite is one batch of jobs. Slow: every job runs rustc twice.
 """
 

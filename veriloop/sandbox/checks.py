@@ -1,7 +1,7 @@
 """Judging a finished job's output into per-test outcomes and a status (tests run; the program did not crash).
 
 Only channels the candidate cannot write are read for verdicts: the Python judge's verdict pipe (`results`, see
-harness_py), the trusted side of a split test program (steps marked `trusted`, see split.py), or the host's own
+harness_py), the trusted side of a split test program (steps marked `trusted`, see split/), or the host's own
 comparison of stdout for stdin/stdout cases. A test program that cannot be split is judged from its own output, which
 the candidate shares, only where its caller asked for that (`harness_job(..., trust_program_output=True)`): see
 docs/sandbox.md.

@@ -354,7 +354,7 @@ def harness_job(
     the candidate could print those itself, it is not trusted with them: a Python test program runs in the judge
     with the candidate's functions behind proxies (harness_py); one in another language with a reference `f_gold`
     that returns a value is split into a candidate side that only records values and a trusted side that compares
-    them (split.py). Any other test program is refused (ConfigError) unless `trust_program_output` is set: then it
+    them (split/). Any other test program is refused (ConfigError) unless `trust_program_output` is set: then it
     runs as one program and its output, which the candidate can forge, is the verdict (see docs/sandbox.md).
     """
     lang, limits = language(name), limits or Limits()

@@ -1,4 +1,4 @@
-"""The split of a JavaScript test program (see split.py): the candidate's value crosses as a tagged JSON record
+"""The split of a JavaScript test program (see `split`): the candidate's value crosses as a tagged JSON record
 (numbers as the bits of their float64, so -0, NaN and the infinities are exact; bigints, strings, booleans, null,
 undefined, arrays and plain objects); the trusted side rebuilds it from those records alone, so no getter, `valueOf`,
 `toString` or prototype of the candidate's reaches the test's comparison."""
@@ -7,7 +7,7 @@ undefined, arrays and plain objects); the trusted side rebuilds it from those re
 # ruff: noqa: E501
 from __future__ import annotations
 
-from veriloop.sandbox.split_text import parts, replace
+from veriloop.sandbox.split.text import parts, replace
 
 CANDIDATE = r"""
 const vlFs = require("fs");

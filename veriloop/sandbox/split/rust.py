@@ -1,4 +1,4 @@
-"""The split of a Rust test program (see split.py): a trait records the candidate's value, another converts the
+"""The split of a Rust test program (see `split`): a trait records the candidate's value, another converts the
 recorded one exactly to `f_gold`'s return type on the trusted side."""
 
 # The Rust sources below keep their own line lengths:
@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from veriloop.errors import ConfigError
-from veriloop.sandbox.split_text import matching, parts, replace
+from veriloop.sandbox.split.text import matching, parts, replace
 
 KINDS = {
     *("i8", "i16", "i32", "i64", "i128", "isize", "u8", "u16", "u32", "u64", "u128", "usize"),

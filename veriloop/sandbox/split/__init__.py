@@ -7,7 +7,8 @@ and every `f_filled(...)` call is wrapped so that its value is printed as one pl
 converted exactly to `f_gold`'s type for the same arguments (or the program stops with exit code 3), so the
 program's own comparison (floats with their tolerance, exactly as written) and its ``#Results`` line come from
 code the candidate never ran with. The two run one after the other in separate, fresh work dirs (runner.py's
-trusted phase); only the records cross. C++ and Java are here; C, Go, Rust and JavaScript in split_<language>.py.
+trusted phase); only the records cross. C++ and Java are here; C, Go, Rust and JavaScript in `split/<language>.py`
+(c, go, rust, js), and the reading of C-like programs they share in `split/text.py`.
 """
 
 # The C++ and Java sources below keep their own line lengths:
@@ -15,8 +16,11 @@ trusted phase); only the records cross. C++ and Java are here; C, Go, Rust and J
 from __future__ import annotations
 
 from veriloop.errors import ConfigError
-from veriloop.sandbox import split_c, split_go, split_js, split_rust
-from veriloop.sandbox.split_text import SLOT, calls, parts, replace, return_type
+from veriloop.sandbox.split import c as split_c
+from veriloop.sandbox.split import go as split_go
+from veriloop.sandbox.split import js as split_js
+from veriloop.sandbox.split import rust as split_rust
+from veriloop.sandbox.split.text import SLOT, calls, parts, replace, return_type
 
 __all__ = ["BAD_VALUE_EXIT", "RECORD", "SLOT", "calls", "refusal", "split", "splittable"]
 

@@ -1,4 +1,4 @@
-"""The split of a Go test program (see split.py): a type switch on `any` records the candidate's value and converts
+"""The split of a Go test program (see `split`): a type switch on `any` records the candidate's value and converts
 the recorded one exactly to `f_gold`'s return type on the trusted side."""
 
 # The Go sources below keep their own line lengths:
@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from veriloop.errors import ConfigError
-from veriloop.sandbox.split_text import matching, parts, replace
+from veriloop.sandbox.split.text import matching, parts, replace
 
 KINDS = {
     *("int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64", "uintptr"),

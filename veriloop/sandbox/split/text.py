@@ -1,4 +1,4 @@
-"""Reading C-like test programs for the split (split.py): calls of a function, the parts around the reference
+"""Reading C-like test programs for the split (`split`): calls of a function, the parts around the reference
 `f_gold` and its `TOFILL` slot, and a function's return type, skipping comments and literals."""
 
 from __future__ import annotations

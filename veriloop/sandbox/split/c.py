@@ -1,4 +1,4 @@
-"""The split of a C test program (see split.py): C11 `_Generic` picks the recorder for the candidate's value and the
+"""The split of a C test program (see `split`): C11 `_Generic` picks the recorder for the candidate's value and the
 exact conversion to `f_gold`'s return type on the trusted side."""
 
 # The C sources below keep their own line lengths:
@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from veriloop.errors import ConfigError
-from veriloop.sandbox.split_text import parts, replace, return_type
+from veriloop.sandbox.split.text import parts, replace, return_type
 
 MODIFIERS = {"static", "inline", "extern"}
 SCALAR = re.compile(r"^(?:(?:unsigned|signed|short|long|int|char|bool|_Bool|float|double)\s*)+$")
