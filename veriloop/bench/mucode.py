@@ -104,6 +104,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--rollout-temperature", type=float, default=0.7)
     parser.add_argument("--verifier-steps", type=int, default=30)
     parser.add_argument("--sft-steps", type=int, default=30)
+    parser.add_argument("--lora", action="store_true", help="LoRA adapters in the training round.")
     parser.add_argument("--concurrency", type=int, default=16, help="Episodes in flight at once.")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--partial", default="", help="Write the figures so far to this file after each stage.")
@@ -227,6 +228,7 @@ async def _measure(settings: Settings, args: argparse.Namespace) -> dict[str, An
                 "rollout_temperature": args.rollout_temperature,
                 "verifier_steps": args.verifier_steps,
                 "sft_steps": args.sft_steps,
+                "lora": args.lora,
             }
             with contextlib.suppress(Exception):
                 await measure("training", options, base, args.train_suite, args.train_tasks)

@@ -13,6 +13,7 @@ from veriloop.agents.mucode.training import (
     Expert,
     Trajectory,
     experts,
+    loop_key,
     relabelled_rows,
     verifier_samples,
 )
@@ -139,5 +140,49 @@ async def test_one_training_round_trains_registers_and_resumes(
             assert verifier is not None
             scores = await verifier.score(_task(), [prompts.as_reply(GOOD), prompts.as_reply(BAD)])
             assert len(scores) == 2 and all(isinstance(score, float) for score in scores)
+    finally:
+        await sandbox.aclose()
+
+
+def test_lora_names_its_own_loop_and_keeps_earlier_keys() -> None:
+    tasks = [_task()]
+    plain = loop_key(MuCodeOptions(train=True), tasks, "base")
+    assert loop_key(MuCodeOptions(train=True, lora=False, lora_learning_rate=3e-4), tasks, "base") == plain
+    assert loop_key(MuCodeOptions(train=True, lora=True), tasks, "base") != plain
+
+
+@pytest.mark.slow
+@pytest.mark.model
+async def test_a_lora_round_trains_adapters_for_the_verifier_and_the_generator(
+    tmp_path: Path, model_settings: Settings, scratch_model_home: Path
+) -> None:
+    """--lora reaches both trainings: each reports LoRA and saves merged weights the method can load."""
+    settings = model_settings.model_copy(
+        update={
+            "paths": model_settings.paths.model_copy(update={"home": scratch_model_home}),
+            "store": model_settings.store.model_copy(update={"url": f"sqlite:///{tmp_path / 'lora.db'}"}),
+        }
+    )
+    replies = iter([f"```python\n{GOOD}\n```", f"```python\n{BAD}\n```"] * 50)
+    backend = ScriptedBackend([lambda _prompt: next(replies)], model=settings.llm.model)
+    options = {"train": True, "lora": True, "rollouts": 2, "turns": 2, "verifier_steps": 2, "sft_steps": 2}
+    options |= {"pairs_per_task": 4, "train_max_length": 256}
+    sandbox = get_sandbox(settings)
+    try:
+        with TrajectoryStore.from_settings(settings) as store:
+            run = create_run(
+                store, settings, agent="mucode", suite="humaneval", options=options, task_ids=["HumanEval/53"]
+            )
+            await execute_run(settings, store, run.id, backend=backend, sandbox=sandbox)
+            [record] = store.list_exemplars(kind=ITERATION_KIND)
+            metrics = record.payload["metrics"]
+            assert metrics["verifier"]["lora"] is True and metrics["sft"]["lora"] is True
+            assert record.payload["generator"].startswith("checkpoint:")
+            verifier = MuCodeAgent(MuCodeOptions(select="lv", verifier_model=record.payload["verifier"])).verifier(
+                AgentContext(settings, backend, sandbox, store, run)
+            )
+            assert verifier is not None
+            scores = await verifier.score(_task(), [prompts.as_reply(GOOD), prompts.as_reply(BAD)])
+            assert len(scores) == 2
     finally:
         await sandbox.aclose()

@@ -105,6 +105,8 @@ def log(message: str) -> None:
 def loop_key(options: MuCodeOptions, tasks: Sequence[Task], base: str) -> str:
     """Names a training loop by what it trains on and how, not by the run that started it."""
     chosen = {name: getattr(options, name) for name in TRAINING_FIELDS}
+    if options.lora:  # named only when on, so the loops trained before the option keep their keys
+        chosen |= {"lora": True, "lora_learning_rate": options.lora_learning_rate}
     text = json.dumps([sorted(task.id for task in tasks), base, chosen], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -326,6 +328,7 @@ async def one_round(
             base=base,
             steps=options.verifier_steps,
             max_length=options.train_max_length,
+            lora=options.lora,
             seed=options.seed,
         )
         verifier_id = f"checkpoint:{result.model_id}" if result.model_id else result.path
@@ -365,7 +368,8 @@ async def one_round(
             model=generator,
             steps=options.sft_steps,
             batch_size=2,
-            learning_rate=options.sft_learning_rate,
+            learning_rate=options.lora_learning_rate if options.lora else options.sft_learning_rate,
+            lora=options.lora,
             max_length=options.train_max_length,
             seed=options.seed,
             save_every=max(5, options.sft_steps // 4),
