@@ -21,7 +21,7 @@ from veriloop.agents import provenance
 from veriloop.agents.base import OnAttempt, make_agent
 from veriloop.agents.context import AgentContext
 from veriloop.config import LLMSettings, Settings
-from veriloop.errors import ConfigError
+from veriloop.errors import NotFoundError
 from veriloop.llm.base import Backend
 from veriloop.records import Attempt, Run, RunStatus, Task
 from veriloop.sandbox import Sandbox
@@ -111,7 +111,8 @@ def new_run(
     if not task_ids:
         taken = [task.id for task in loaded.tasks if method.takes(task)]
         if not taken:
-            raise ConfigError(f"no task of suite {suite!r} is one {agent!r} takes with these options")
+            # like task ids that name nothing: the request is well-formed, the tasks it asks for are not there (404)
+            raise NotFoundError(f"no task of suite {suite!r} is one {agent!r} takes with these options")
         if len(taken) < len(loaded.tasks):
             task_ids = taken
     chosen = loaded.select(limit=limit, ids=tuple(task_ids))

@@ -11,7 +11,7 @@ import pytest
 
 from veriloop.agents.runner import create_run, suite_of
 from veriloop.config import load_settings
-from veriloop.errors import ConfigError
+from veriloop.errors import NotFoundError
 from veriloop.store import TrajectoryStore
 
 CPP = "int f_gold(int x) { return x; }"
@@ -53,7 +53,7 @@ def test_a_run_covers_only_the_functions_with_its_direction(tmp_path: Path) -> N
             store, settings, agent="f2strans", suite=str(path), options=options, task_ids=["pairs/cpp_only"]
         )
         assert [task.id for task in suite_of(named, settings).tasks] == ["pairs/cpp_only"]  # asked for by name
-        with pytest.raises(ConfigError, match="no task of suite"):
+        with pytest.raises(NotFoundError, match="no task of suite"):
             create_run(
                 store, settings, agent="f2strans", suite=str(path), options={"source": "java", "target": "python"}
             )
