@@ -162,3 +162,25 @@ def test_the_warm_worker_outlives_the_event_loop_that_started_it(nagini: NaginiV
     starts = nagini.worker.starts
     assert asyncio.run(nagini.check(code)).status is V
     assert nagini.worker.alive and nagini.worker.starts == starts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "code",
+    [
+        "from nagini_contracts.contracts import *\n\ndef f(x: int) -> int:\n    Ensures(False)\n    Assume(False)\n"
+        "    return x\x00\n",
+        "from nagini_contracts.contracts import *\n\ndef f(x: int) -> int:\n    Ensures(False)\n    Assume(False)\n"
+        "    return (x\n",
+    ],
+    ids=["null-byte", "unclosed-paren"],
+)
+async def test_an_escape_hidden_behind_a_syntax_error_is_never_a_proof(code: str, nagini: NaginiVerifier) -> None:
+    """A program Python cannot parse: the guard's text scan still sees the escape (rejected), and without it Nagini's
+    host-side parse answers syntax_error; either way never verified."""
+    task = Task(id="t", suite="s", prompt="")
+    result = await GuardedVerifier(nagini, NAGINI).verify(Candidate(task_id="t", code=code), task)
+    assert result.status in (R, S) and result.status is not V
+    honest = code.replace("    Assume(False)\n", "")
+    unguarded = await GuardedVerifier(nagini, NAGINI).verify(Candidate(task_id="t", code=honest), task)
+    assert unguarded.status is S  # the same syntax error with no escape: Nagini's own verdict

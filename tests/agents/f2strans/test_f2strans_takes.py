@@ -20,19 +20,19 @@ ROWS = [
     {
         "id": "both",
         "prompt": "p",
-        "tests": "assert True\n",
+        "tests": "assert f_gold(3) == 3\n",
         "metadata": {"functions": {"cpp": CPP, "python": PY}, "tests": {"cpp": "t", "python": "t"}},
     },
     {
         "id": "cpp_only",
         "prompt": "p",
-        "tests": "assert True\n",
+        "tests": "assert f_gold(3) == 3\n",
         "metadata": {"functions": {"cpp": CPP}, "tests": {"cpp": "t"}},
     },
     {
         "id": "also",
         "prompt": "p",
-        "tests": "assert True\n",
+        "tests": "assert f_gold(3) == 3\n",
         "metadata": {"functions": {"cpp": CPP, "python": PY}, "tests": {"python": "t"}},
     },
 ]
