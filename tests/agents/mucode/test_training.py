@@ -90,20 +90,25 @@ def test_relabelling_points_every_state_of_failed_rollouts_at_the_expert() -> No
     assert paper and all(row["completion"][0]["content"] == prompts.as_reply(BAD) for row in paper)
 
 
+def _round_parts(model_settings: Settings, home: Path, db: Path) -> tuple[Settings, ScriptedBackend]:
+    """A scratch home and store, and a scripted model whose rollouts alternate passing and failing replies."""
+    settings = model_settings.model_copy(
+        update={
+            "paths": model_settings.paths.model_copy(update={"home": home}),
+            "store": model_settings.store.model_copy(update={"url": f"sqlite:///{db}"}),
+        }
+    )
+    replies = iter([f"```python\n{GOOD}\n```", f"```python\n{BAD}\n```"] * 50)
+    return settings, ScriptedBackend([lambda _prompt: next(replies)], model=settings.llm.model)
+
+
 @pytest.mark.slow
 @pytest.mark.model
 async def test_one_training_round_trains_registers_and_resumes(
     tmp_path: Path, model_settings: Settings, scratch_model_home: Path
 ) -> None:
     """Scripted rollouts (both labels), then a real verifier and a real SFT of the embedded model; a rerun skips."""
-    settings = model_settings.model_copy(
-        update={
-            "paths": model_settings.paths.model_copy(update={"home": scratch_model_home}),
-            "store": model_settings.store.model_copy(update={"url": f"sqlite:///{tmp_path / 'train.db'}"}),
-        }
-    )
-    replies = iter([f"```python\n{GOOD}\n```", f"```python\n{BAD}\n```"] * 50)
-    backend = ScriptedBackend([lambda _prompt: next(replies)], model=settings.llm.model)
+    settings, backend = _round_parts(model_settings, scratch_model_home, tmp_path / "train.db")
     options = {
         "train": True,
         "rollouts": 2,
@@ -157,14 +162,7 @@ async def test_a_lora_round_trains_adapters_for_the_verifier_and_the_generator(
     tmp_path: Path, model_settings: Settings, scratch_model_home: Path
 ) -> None:
     """--lora reaches both trainings: each reports LoRA and saves merged weights the method can load."""
-    settings = model_settings.model_copy(
-        update={
-            "paths": model_settings.paths.model_copy(update={"home": scratch_model_home}),
-            "store": model_settings.store.model_copy(update={"url": f"sqlite:///{tmp_path / 'lora.db'}"}),
-        }
-    )
-    replies = iter([f"```python\n{GOOD}\n```", f"```python\n{BAD}\n```"] * 50)
-    backend = ScriptedBackend([lambda _prompt: next(replies)], model=settings.llm.model)
+    settings, backend = _round_parts(model_settings, scratch_model_home, tmp_path / "lora.db")
     options = {"train": True, "lora": True, "rollouts": 2, "turns": 2, "verifier_steps": 2, "sft_steps": 2}
     options |= {"pairs_per_task": 4, "train_max_length": 256}
     sandbox = get_sandbox(settings)
