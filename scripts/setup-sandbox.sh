@@ -96,6 +96,25 @@ start_dockerd() {  # DRIVER: start dockerd with it; succeed when the engine answ
   kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
   return 1
 }
+clear_stale_dockerd() {  # a pid file left by a dockerd that is gone (a machine restored from a snapshot) blocks a start
+  local pidfile=/var/run/docker.pid old
+  [[ -f $pidfile ]] || return 0
+  old=$(cat "$pidfile" 2>/dev/null || true)
+  if [[ -n "$old" ]] && kill -0 "$old" 2>/dev/null && tr '\0' ' ' <"/proc/$old/cmdline" 2>/dev/null | grep -q dockerd; then
+    log "dockerd $old is running but does not answer: waiting up to 60 s"
+    for _ in $(seq 1 120); do docker_up && return 0; kill -0 "$old" 2>/dev/null || break; sleep 0.5; done
+    log "stopping the unresponsive dockerd $old"
+    kill "$old" 2>/dev/null || true
+    for _ in $(seq 1 40); do kill -0 "$old" 2>/dev/null || break; sleep 0.5; done
+    kill -9 "$old" 2>/dev/null || true
+  else
+    log "removing the stale $pidfile (process ${old:-?} is gone)"
+  fi
+  rm -f "$pidfile"
+}
+if ! docker_up; then
+  clear_stale_dockerd
+fi
 if ! docker_up; then
   drivers=(overlay2 fuse-overlayfs vfs)
   if [[ -n "${VERILOOP_DOCKER_STORAGE_DRIVER:-}" ]]; then
