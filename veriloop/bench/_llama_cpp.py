@@ -8,6 +8,9 @@ hub; the server's web UI and HTTPS are configured off so cmake fetches nothing).
 own business, never `make setup`'s or CI's: it takes tens of minutes on two cores, so the binary is cached
 under `<cache_dir>/llama.cpp/<version>/bin`. `VERILOOP_LLAMA_SERVER` or a `llama-server` on PATH is used
 first. Both 1 and 8 requests in flight go through the one server (`-np` slots), the same vendored llama.cpp.
+
+Finding, building and starting the server lives in `veriloop.llm.llama_server` (the `llama_cpp` backend uses it
+too); this module re-exports those names and holds what only the bench does with the server.
 """
 
 from __future__ import annotations
@@ -15,41 +18,42 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
-import tarfile
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from veriloop.errors import BackendError
-
-LLAMA_CPP_PYTHON = "0.3.36"
-"""The llama-cpp-python sdist whose vendored llama.cpp is built (its `vendor/llama.cpp`)."""
-
-SERVER_ENV = "VERILOOP_LLAMA_SERVER"
-"""A `llama-server` binary to use instead of finding or building one."""
-
-CMAKE_OPTIONS = (
-    "-DCMAKE_BUILD_TYPE=Release",
-    "-DGGML_NATIVE=ON",
-    "-DBUILD_SHARED_LIBS=OFF",
-    "-DLLAMA_BUILD_TESTS=OFF",
-    "-DLLAMA_BUILD_EXAMPLES=OFF",
-    "-DLLAMA_BUILD_SERVER=ON",
-    "-DLLAMA_BUILD_UI=OFF",
-    "-DLLAMA_USE_PREBUILT_UI=OFF",
-    "-DLLAMA_OPENSSL=OFF",
-    "-DLLAMA_CURL=OFF",
+from veriloop.llm import llama_server as _server
+from veriloop.llm.llama_server import (
+    CMAKE_OPTIONS,
+    LLAMA_CPP_PYTHON,
+    SERVER_ENV,
+    LlamaServer,
+    bundled_gguf,
+    cache_root,
+    find_llama_server,
+    llama_server,
+    peak_rss_mb,
+    server_version,
 )
-"""Release, `-march=native`, static; no web UI (its prebuilt assets would be a download) and no HTTPS."""
+
+__all__ = [
+    "CMAKE_OPTIONS",
+    "LLAMA_CPP_PYTHON",
+    "SERVER_ENV",
+    "LlamaServer",
+    "bundled_gguf",
+    "cache_root",
+    "find_llama_server",
+    "llama_server",
+    "peak_rss_mb",
+    "server_version",
+]
 
 Echo = Callable[[str], None]
 
@@ -58,108 +62,14 @@ def _echo(message: str) -> None:
     print(f"[bench llm peer] {message}", file=sys.stderr, flush=True)
 
 
-def cache_root(cache_dir: Path) -> Path:
-    return cache_dir / "llama.cpp" / LLAMA_CPP_PYTHON
-
-
-def find_llama_server(cache_dir: Path) -> Path | None:
-    """`$VERILOOP_LLAMA_SERVER`, else `llama-server` on PATH, else the cached build; None when there is none."""
-    named = os.environ.get(SERVER_ENV)
-    if named:
-        path = Path(named)
-        if not (path.is_file() and os.access(path, os.X_OK)):
-            raise BackendError(f"{SERVER_ENV}={named} is not an executable file")
-        return path
-    on_path = shutil.which("llama-server")
-    if on_path:
-        return Path(on_path)
-    cached = cache_root(cache_dir) / "bin" / "llama-server"
-    return cached if cached.is_file() else None
-
-
-def _run(command: Sequence[str], log: Path, echo: Echo, what: str) -> None:
-    started = time.perf_counter()
-    echo(f"{what}: {' '.join(command)} (log {log})")
-    with log.open("a") as out:
-        done = subprocess.run(list(command), stdout=out, stderr=subprocess.STDOUT, check=False)
-    if done.returncode:
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
-        raise BackendError(f"{what} failed ({done.returncode}); the end of {log}:\n{tail}")
-    echo(f"{what}: done in {time.perf_counter() - started:.0f} s")
-
-
 def build_llama_server(cache_dir: Path, jobs: int | None = None, echo: Echo = _echo) -> Path:
-    """Download the llama-cpp-python sdist (nothing else), build its vendored `llama-server`, cache and return it.
-
-    Runs under `nice` (the build takes about half an hour on two cores and should not starve the machine).
-    """
-    root = cache_root(cache_dir)
-    for folder in ("sdist", "src", "bin"):
-        (root / folder).mkdir(parents=True, exist_ok=True)
-    log = root / "build.log"
-    started = time.perf_counter()
-    sdist = root / "sdist" / f"llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz"
-    if not sdist.is_file():
-        pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
-        _run([*pip, f"llama-cpp-python=={LLAMA_CPP_PYTHON}", "-d", str(sdist.parent)], log, echo, "download sdist")
-    source = root / "src" / f"llama_cpp_python-{LLAMA_CPP_PYTHON}" / "vendor" / "llama.cpp"
-    if not (source / "CMakeLists.txt").is_file():
-        echo(f"extracting {sdist.name}")
-        with tarfile.open(sdist) as archive:
-            archive.extractall(root / "src", filter="data")
-    if not (source / "CMakeLists.txt").is_file():
-        raise BackendError(f"{sdist} holds no vendor/llama.cpp")
-    build = root / "build"
-    nice = ["nice", "-n", "10"] if shutil.which("nice") else []
-    _run([*nice, "cmake", "-S", str(source), "-B", str(build), *CMAKE_OPTIONS], log, echo, "configure")
-    jobs = jobs or os.cpu_count() or 1
-    echo(f"building llama-server with {jobs} jobs: about 30 minutes on two cores")
-    _run([*nice, "cmake", "--build", str(build), "--target", "llama-server", "-j", str(jobs)], log, echo, "build")
-    binary = root / "bin" / "llama-server"
-    shutil.copy2(build / "bin" / "llama-server", binary)
-    echo(f"llama-server built in {time.perf_counter() - started:.0f} s: {binary}")
-    return binary
+    """`veriloop.llm.llama_server.build_llama_server`, reporting as the bench."""
+    return _server.build_llama_server(cache_dir, jobs=jobs, echo=echo)
 
 
 def ensure_llama_server(cache_dir: Path, build: bool = True, echo: Echo = _echo) -> Path:
-    """The `llama-server` to run: found, or built once when `build` (else an error saying how to get one)."""
-    found = find_llama_server(cache_dir)
-    if found is not None:
-        return found
-    if not build:
-        raise BackendError(
-            f"no llama-server: set {SERVER_ENV}, put one on PATH, or let the bench build it (drop --peer-no-build)"
-        )
-    return build_llama_server(cache_dir, echo=echo)
-
-
-def bundled_gguf(cache_dir: Path, name: str) -> Path:
-    """The GGUF file of bundled model `name`, the bytes veriloop converts: the wheel's file itself, or the parts
-    joined once (hash-checked) under `<cache_dir>/gguf`, since the converter's joined copy is not kept."""
-    from veriloop.llm.models import BUNDLED, join_gguf
-
-    model = BUNDLED[name]
-    if len(model.parts) == 1:
-        return model.part_paths()[0]
-    dest = cache_dir / "gguf" / model.gguf_file
-    if dest.is_file() and model.size is not None and dest.stat().st_size == model.size:
-        return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    partial = dest.with_suffix(".partial")
-    join_gguf(model, partial)
-    partial.replace(dest)
-    return dest
-
-
-def peak_rss_mb(pid: int) -> float | None:
-    """A process's peak resident set (VmHWM) in MiB; None where /proc does not say."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+    """`veriloop.llm.llama_server.ensure_llama_server`, reporting as the bench."""
+    return _server.ensure_llama_server(cache_dir, build=build, echo=echo)
 
 
 def reset_peak_rss() -> bool:
@@ -169,78 +79,6 @@ def reset_peak_rss() -> bool:
     except OSError:
         return False
     return True
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@dataclass
-class LlamaServer:
-    """A running `llama-server`: its process and base URL."""
-
-    process: subprocess.Popen[bytes]
-    url: str
-    command: list[str]
-    log: Path
-    started_s: float = 0.0
-    props: dict[str, Any] = field(default_factory=dict)
-
-    def peak_rss_mb(self) -> float | None:
-        return peak_rss_mb(self.process.pid)
-
-
-@contextlib.contextmanager
-def llama_server(
-    binary: Path,
-    gguf: Path,
-    *,
-    slots: int,
-    context: int,
-    threads: int,
-    log: Path,
-    ready_timeout_s: float = 300.0,
-) -> Iterator[LlamaServer]:
-    """`llama-server` on `gguf` with `slots` parallel slots of `context / slots` tokens each, until the block ends."""
-    port = _free_port()
-    command = [
-        str(binary),
-        *("-m", str(gguf)),
-        *("--host", "127.0.0.1", "--port", str(port)),
-        *("-np", str(slots), "-c", str(context)),
-        *("--threads", str(threads), "--threads-batch", str(threads)),
-    ]
-    log.parent.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-    server = LlamaServer(process, f"http://127.0.0.1:{port}", command, log)
-    try:
-        deadline = time.monotonic() + ready_timeout_s
-        while True:
-            if process.poll() is not None:
-                tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
-                raise BackendError(f"llama-server exited with {process.returncode}:\n{tail}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{server.url}/health", timeout=2.0).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise BackendError(f"llama-server did not answer /health within {ready_timeout_s:.0f} s (log {log})")
-            time.sleep(0.2)
-        server.started_s = round(time.perf_counter() - started, 2)
-        with contextlib.suppress(httpx.HTTPError, ValueError):
-            server.props = httpx.get(f"{server.url}/props", timeout=5.0).json()
-        yield server
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def completion_body(prompt_ids: list[int], max_tokens: int, stop: list[str]) -> dict[str, Any]:
@@ -400,13 +238,3 @@ def machine() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "flags": {flag: flag in flags for flag in wanted},
     }
-
-
-def server_version(binary: Path) -> str:
-    """What `llama-server --version` says (its build number and commit), or '' where it says nothing."""
-    try:
-        done = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    lines = [line.strip() for line in (done.stdout + done.stderr).splitlines() if line.strip()]
-    return "; ".join(line for line in lines if "version" in line or "built with" in line) or (lines[0] if lines else "")
