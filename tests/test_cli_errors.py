@@ -72,7 +72,7 @@ def test_bench_help_lists_benchmarks_and_a_benchmark_shows_its_own_options(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     code, out, _ = run_cli(capsys, "bench", "--help")
-    assert code == 0 and "Benchmarks: alphaverus, f2strans" in out
+    assert code == 0 and "Benchmarks: alphaverus, alphaverus_pools, f2strans, grpo" in out
     code, out, _ = run_cli(capsys, "bench", "train", "--help")
     assert code == 0 and "usage: veriloop bench train" in out and "--configs" in out
 

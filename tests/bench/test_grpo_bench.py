@@ -1,0 +1,124 @@
+"""`veriloop bench grpo`: its statistics, its held-out scoring through the real judge, and how main joins the parts.
+
+GRPO training itself runs for real in tests/training/test_grpo.py; here a scripted model answers the held-out
+prompts so that the scores are known, and the real sandbox judges them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from veriloop.bench import grpo
+from veriloop.config import Settings, load_settings
+from veriloop.records import Task
+from veriloop.testing import ScriptedBackend
+from veriloop.training.rewards import JudgeReward, LocalJudge
+
+DATA = Path("/work/shared/data")
+
+
+def test_summary_reports_means_intervals_and_all_pass_shares() -> None:
+    result = grpo.summary([[1.0, 0.5], [0.0, 0.0], [1.0, 1.0]])
+    assert result["mean_reward"] == pytest.approx((0.75 + 0.0 + 1.0) / 3, abs=1e-4)
+    assert result["all_pass_samples"] == 3 and result["samples"] == 6 and result["all_pass_share"] == 0.5
+    assert result["prompts_with_any_pass"] == 2 and result["per_prompt_mean"] == [0.75, 0.0, 1.0]
+    low, high = result["bootstrap_95"]
+    assert 0.0 <= low <= result["mean_reward"] <= high <= 1.0
+    w_low, w_high = result["all_pass_wilson_95"]
+    assert 0.0 < w_low < 0.5 < w_high < 1.0  # Wilson: never collapses to a point
+
+
+def test_summary_of_all_failures_keeps_an_interval() -> None:
+    result = grpo.summary([[0.0, 0.0]] * 4)
+    assert result["mean_reward"] == 0.0 and result["all_pass_wilson_95"][0] == 0.0
+    assert result["all_pass_wilson_95"][1] > 0.2  # 0/8 is not "0% exactly"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--num-generations", "1"], ["--steps", "0"], ["--samples", "0"], ["--eval-tasks", "0"], ["--reward", "x"]],
+)
+def test_bad_arguments_are_refused(argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as raised:
+        grpo.parse(argv)
+    assert raised.value.code == 2
+
+
+@pytest.fixture(scope="module")
+def judge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalJudge]:
+    local = LocalJudge(load_settings(paths={"home": tmp_path_factory.mktemp("grpo-bench"), "data_dir": DATA}))
+    yield local
+    local.close()
+
+
+def _task(index: int) -> Task:
+    return Task(
+        id=f"toy/{index}",
+        suite="toy",
+        prompt=f"def add{index}(a, b):\n",
+        tests=f"assert add{index}(1, 2) == 3\nassert add{index}(0, 0) == 0\n",
+        entry_point=f"add{index}",
+    )
+
+
+def test_held_out_rewards_are_the_judges_verdicts_on_each_sample(
+    judge: LocalJudge, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    replies = ["    return a + b\n", "    return a * b\n", "    return (\n", "    return a + b\n\ndef extra():\n"]
+    backend = ScriptedBackend(replies)
+    monkeypatch.setattr("veriloop.llm.get_backend", lambda settings: backend)
+    args = grpo.parse(["--samples", "2", "--max-tokens", "16", "--seed", "7"])
+    settings = load_settings(paths={"home": tmp_path})
+    scores = asyncio.run(
+        grpo.held_out_rewards(settings, [_task(0), _task(1)], JudgeReward(judge, mode="pass_rate"), args)
+    )
+    # pass rate per sample: a + b passes both asserts, a * b only add(0, 0) == 0; a syntax error scores 0; the
+    # completion is cut at HumanEval's stop sequences before the judge sees it
+    assert scores == [[1.0, 0.5], [0.0, 1.0]]
+    seeds = [params.seed for _, params in backend.requests]
+    assert seeds == [7, 8] and all(params.n == 2 and params.max_tokens == 16 for _, params in backend.requests)
+
+
+def test_main_pairs_before_and_after_on_the_same_prompts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    tasks = {"humaneval-train": [_task(i) for i in range(4)], "humaneval-test": [_task(i) for i in range(10, 13)]}
+
+    class Suite:
+        def __init__(self, name: str) -> None:
+            self.tasks = tasks[name]
+
+    seen: list[str] = []
+
+    async def rewards(settings: Settings, held: Sequence[Task], reward: Any, args: argparse.Namespace) -> Any:
+        seen.append(settings.llm.model)
+        return [[0.0, 0.5], [0.0, 0.0], [1.0, 1.0]] if len(seen) == 1 else [[1.0, 0.5], [0.0, 0.0], [1.0, 0.0]]
+
+    def train(settings: Settings, train_tasks: Sequence[Task], args: argparse.Namespace, folder: Path) -> Any:
+        assert [task.id for task in train_tasks] == ["toy/0", "toy/1"] and folder.is_dir()
+        return {"model_id": "trained", "train_rewards": [0.1, 0.3]}
+
+    monkeypatch.setattr("veriloop.tasks.load_suite", lambda name, settings: Suite(name))
+    monkeypatch.setattr(grpo, "held_out_rewards", rewards)
+    monkeypatch.setattr(grpo, "train", train)
+    settings = load_settings(paths={"home": tmp_path}, llm={"model": "smollm2-135m-instruct"})
+    result = grpo.main(settings, ["--train-tasks", "2", "--eval-tasks", "3", "--samples", "2"])
+    assert seen == ["smollm2-135m-instruct", "checkpoint:trained"]
+    assert result["held_out_tasks"] == ["toy/10", "toy/11", "toy/12"]
+    diff = result["after_minus_before"]
+    assert diff["mean_reward"] == pytest.approx((0.75 + 0 + 0.5) / 3 - (0.25 + 0 + 1.0) / 3, abs=1e-4)
+    assert diff["prompts_up"] == 1 and diff["prompts_down"] == 1
+    low, high = diff["paired_bootstrap_95"]
+    assert low <= diff["mean_reward"] <= high
+    assert (Path(result["config"]["folder"]) / "result.json").exists()
+
+
+def test_main_refuses_a_held_out_prompt_that_training_sees(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    suite = argparse.Namespace(tasks=[_task(0), _task(1)])
+    monkeypatch.setattr("veriloop.tasks.load_suite", lambda name, settings: suite)
+    with pytest.raises(RuntimeError, match="overlap"):
+        grpo.main(load_settings(paths={"home": tmp_path}), ["--train-tasks", "2", "--eval-tasks", "2"])
