@@ -139,6 +139,7 @@ async def run_setting(
             verifier_seconds=args.verifier_seconds,
             seed=args.seed,
             few_shot=0,
+            grow_pools=False,
             infill=infill,
             prune_steps=args.prune_steps,
             temperature=args.temperature,

@@ -17,7 +17,7 @@ from typing import Any
 
 from veriloop.agents.alphaverus.filters import edits_spec
 from veriloop.agents.alphaverus.graph import Deps, build_graph, search_id, task_mode
-from veriloop.agents.alphaverus.hints import DAFNY, HintLanguage, HintsProblem
+from veriloop.agents.alphaverus.hints import DAFNY, HintLanguage, HintsProblem, render_hints
 from veriloop.agents.alphaverus.houdini import prune, union
 from veriloop.agents.alphaverus.nagini_hints import NAGINI
 from veriloop.agents.alphaverus.pools import ERRORS, SOLVED, Pools
@@ -29,7 +29,7 @@ from veriloop.agents.common import make_verifier, run_graph
 from veriloop.agents.context import AgentContext
 from veriloop.errors import ConfigError
 from veriloop.llm.codeblocks import CLOSING_FENCE
-from veriloop.records import Attempt, Message, Task
+from veriloop.records import Attempt, Message, Node, Task
 from veriloop.search.budget import Budget, Spend
 from veriloop.search.engine import SearchConfig, SearchOutcome, run_search
 from veriloop.search.score import scorer_for
@@ -128,7 +128,9 @@ class AlphaVerusAgent(Agent[AlphaVerusOptions]):
 
     async def solve(self, task: Task, ctx: AgentContext) -> Attempt:
         """Inference: Treefinement (or the chosen search) from the task's prompt, with the solved pool as few-shot
-        and the error triplets whose fix left the spec alone as the system prompt."""
+        and the error triplets whose fix left the spec alone as the system prompt. A hints task shows the solved
+        pool's verified hint sets as worked examples, and its own verified hint set joins the pool (`grow_pools`):
+        AlphaVerus's self-improvement on the infill."""
         o = self.options
         target = target_of(task, o)
         started = time.perf_counter()
@@ -136,16 +138,18 @@ class AlphaVerusAgent(Agent[AlphaVerusOptions]):
         try:
             pools = Pools(ctx.store, target, ctx.run.id)
             rng = random.Random(f"{o.seed}:inference:{task.id}")
-            solved = await asyncio.to_thread(pools.sample, SOLVED, 1 << 30, o.few_shot, rng, task.id)
+            hinted = uses_hints(task, target, o)
+            keep = has_hints if hinted else None
+            solved = await asyncio.to_thread(pools.sample, SOLVED, 1 << 30, o.few_shot, rng, task.id, keep)
             errors = (
                 []
-                if target == "tests"
+                if target == "tests" or hinted
                 else await asyncio.to_thread(
                     pools.sample, ERRORS, 1 << 30, o.few_shot, rng, task.id, lambda item: not spec_edited(item, target)
                 )
             )
             problem: VerifierProblem
-            if uses_hints(task, target, o):
+            if hinted:
                 problem = HintsProblem(
                     task,
                     verifier,
@@ -154,6 +158,7 @@ class AlphaVerusAgent(Agent[AlphaVerusOptions]):
                     target=target,
                     program_text=task.prompt,
                     language=HINT_LANGUAGES[target],
+                    exemplars=[(str(item["source"]), str(item[HINTS_KEY])) for item in solved],
                 )
             else:
                 problem = VerifierProblem(
@@ -165,7 +170,6 @@ class AlphaVerusAgent(Agent[AlphaVerusOptions]):
                     history=o.history,
                     program=lambda reply: inference_program(task, target, reply),
                 )
-            hinted = isinstance(problem, HintsProblem)
             config = SearchConfig(
                 kind=o.search,
                 width=o.width,
@@ -196,6 +200,9 @@ class AlphaVerusAgent(Agent[AlphaVerusOptions]):
             )
             if isinstance(problem, HintsProblem) and o.prune_steps and not outcome.solved:
                 outcome = await prune_outcome(problem, outcome, ctx, task.id, o)
+            if isinstance(problem, HintsProblem) and o.grow_pools and outcome.solved and outcome.best is not None:
+                pair = solved_hints(problem, outcome.best)
+                await asyncio.to_thread(pools.add, SOLVED, 0, task.id, [pair])
         finally:
             if target != "tests":
                 await verifier.aclose()
@@ -257,6 +264,31 @@ class AlphaVerusAgent(Agent[AlphaVerusOptions]):
             attempts.append(await asyncio.to_thread(ctx.store.add_attempt, attempt))
             await notify(on_attempt, attempts[-1])
         return attempts
+
+
+HINTS_KEY = "hints"
+"""A solved-pool pair from hints infill carries its hint blocks under this key (the whole program is `target`)."""
+
+
+def has_hints(pair: dict[str, Any]) -> bool:
+    """A solved pair a hints prompt can show: one from hints infill (the loop's whole programs have no blocks)."""
+    return HINTS_KEY in pair
+
+
+def solved_hints(problem: HintsProblem, node: Node) -> dict[str, Any]:
+    """A verified hints node as a solved-pool pair: the program without hints, the verified program, and the hint
+    blocks that made it verify (a search node's reply, or a pruning step's surviving hints)."""
+    pruned = node.metadata.get("hints")
+    if isinstance(pruned, dict):
+        hints = {int(slot): [str(line) for line in lines] for slot, lines in pruned.items()}
+    else:
+        hints = problem.hints(node.completion.text if node.completion is not None else "")
+    return {
+        "source": problem.base,
+        "target": node.code or "",
+        "mode": "hints",
+        HINTS_KEY: render_hints(hints, problem.language),
+    }
 
 
 async def prune_outcome(

@@ -267,6 +267,16 @@ def splice_lines(program: str, slots: Sequence[Slot], hints: dict[int, list[str]
     return Spliced("".join(out), where, loops)
 
 
+def render_hints(hints: dict[int, list[str]], language: HintLanguage | None = None) -> str:
+    """Hint lines per slot as the model writes them (`// loop N` blocks), e.g. a solved task's answer shown as a
+    few-shot turn."""
+    language = language or DAFNY
+    return "".join(
+        f"{language.comment} loop {slot}\n" + "".join(f"{line}\n" for line in lines)
+        for slot, lines in sorted(hints.items())
+    )
+
+
 def marked(program: str, slots: Sequence[Slot], language: HintLanguage | None = None) -> str:
     """The program as the prompt shows it: `// loop N` (the language's comment) where each block of hints goes."""
     language = language or DAFNY
@@ -360,15 +370,22 @@ class HintsProblem(VerifierProblem):
     """A hints task searched over hint sets: replies are hint blocks, programs are the task's program spliced."""
 
     def __init__(
-        self, *args: object, program_text: str, language: HintLanguage | None = None, **kwargs: object
+        self,
+        *args: object,
+        program_text: str,
+        language: HintLanguage | None = None,
+        exemplars: Sequence[tuple[str, str]] = (),
+        **kwargs: object,
     ) -> None:
+        """`exemplars`: (program without hints, its verified hint blocks) of solved tasks (the solved pool), shown
+        after the language's worked examples."""
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.language = language = language or DAFNY
         self.base = program_text
         self.slots = language.slots(program_text)
         self.constraint = language.grammar(program_text, self.slots)
         self.root = [Message(role="system", content=f"You are an expert in {language.title} and formal verification.")]
-        for example, hints in language.examples:
+        for example, hints in (*language.examples, *exemplars):
             self.root += [
                 Message(role="user", content=self.turn(marked(example, language.slots(example), language))),
                 Message(role="assistant", content=hints),

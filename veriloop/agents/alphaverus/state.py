@@ -47,6 +47,11 @@ class AlphaVerusOptions(AgentOptions):
         description="Hints infill: after a search that did not verify, Houdini pruning of the union of the model's "
         "hint candidates by the verifier's diagnostics (no LLM call), at most this many verifier runs; 0 = off.",
     )
+    grow_pools: bool = Field(
+        True,
+        description="Inference on hints tasks: each verified hint set joins the solved pool, so later prompts (this "
+        "run's and later runs') show it as a worked example; off: the pools are only read.",
+    )
     infill: Literal["hints", "whole"] = Field(
         "hints",
         description="Hints tasks (DafnyBench hints): hints = the model writes only loop invariants and decreases "
