@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from veriloop.config import Settings
+from veriloop.store.stats import mcnemar_exact, paired_bootstrap_interval, wilson_interval
 
 
 def _say(message: str) -> None:
@@ -47,6 +48,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--max-length", type=int, default=512)
     parser.add_argument("--max-batch-size", type=int, default=16, help="Rows decoded together.")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--eval-stage1",
+        action="store_true",
+        help="Also evaluate M1 (after stage 1, verification only): how often it refines, and whether that helps.",
+    )
     parser.add_argument(
         "--shapes-only",
         action="store_true",
@@ -103,10 +109,14 @@ def run_metrics(store: Any, run_id: str, task_ids: Sequence[str]) -> dict[str, A
                 fixed += (not ok) and now
                 broken += ok and not now
     n = len(task_ids)
+    low, high = wilson_interval(sum(answer), n)
     return {
         "sampling": sum(sampling) / n,
         "majority": sum(majority) / n,
         "confidence_aware": sum(answer) / n,
+        "confidence_aware_solved": sum(answer),
+        "confidence_aware_wilson_95": [round(low, 4), round(high, 4)],
+        "solved_tasks": [task_id for task_id, ok in zip(task_ids, answer, strict=True) if ok],
         "first_attempts_right": len(right_conf),
         "first_attempts_wrong": len(wrong_conf),
         "verification_auroc": auroc(right_conf, wrong_conf),
@@ -115,6 +125,22 @@ def run_metrics(store: Any, run_id: str, task_ids: Sequence[str]) -> dict[str, A
         "refined_share": refined / trajectories if trajectories else 0.0,
         "refinements_fixed": fixed,
         "refinements_broke": broken,
+    }
+
+
+def paired(before: dict[str, Any], after: dict[str, Any], task_ids: Sequence[str]) -> dict[str, Any]:
+    """After minus before on the same tasks: the difference, its paired bootstrap interval and McNemar's p."""
+    left = [float(task_id in set(after["solved_tasks"])) for task_id in task_ids]
+    right = [float(task_id in set(before["solved_tasks"])) for task_id in task_ids]
+    wins = sum(a > b for a, b in zip(left, right, strict=True))
+    losses = sum(a < b for a, b in zip(left, right, strict=True))
+    low, high = paired_bootstrap_interval(left, right)
+    return {
+        "difference": round((sum(left) - sum(right)) / len(task_ids), 4),
+        "paired_bootstrap_95": [round(low, 4), round(high, 4)],
+        "wins": wins,
+        "losses": losses,
+        "mcnemar_p": round(mcnemar_exact(wins, losses), 4),
     }
 
 
@@ -201,7 +227,12 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
                 shapes = shapes_report(m0_settings, store, backend, evaluated, options)
         finally:
             backend.close()
-        config = {**vars(args), "m0": m0_id, "eval_tasks": eval_ids}
+        config = {
+            **vars(args),
+            "command": " ".join(["veriloop bench revise", *argv]),
+            "m0": m0_id,
+            "eval_tasks": eval_ids,
+        }
         return {"reply_shapes": shapes, "config": config, "seconds": round(time.perf_counter() - started, 1)}
     with TrajectoryStore.from_settings(settings) as store:
         runs = {
@@ -235,20 +266,22 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
         tick = time.perf_counter()
         curriculum = run_curriculum(settings, store, [runs["train"].id], tasks, spec, stderr_progress)
         seconds["curriculum"] = time.perf_counter() - tick
-        m2_settings = settings.model_copy(
-            update={"llm": settings.llm.model_copy(update={"model": curriculum["model"]})}
-        )
-        runs["after"] = create_run(
-            store, m2_settings, agent="revise", suite="humaneval", options=options, task_ids=eval_ids
-        )
-        backend = EmbeddedBackend.from_settings(m2_settings)
-        try:
-            _say(f"evaluating M2 on {len(eval_ids)} tasks")
-            seconds["eval_after"] = asyncio.run(_execute(m2_settings, store, runs["after"].id, backend))
-        finally:
-            backend.close()
-        after = run_metrics(store, runs["after"].id, eval_ids)
-        _say(f"after: {after}")
+        stages = [("after", curriculum["model"], "M2")]
+        if args.eval_stage1:
+            stages.insert(0, ("after_stage1", curriculum["stage1"]["path"], "M1"))
+        measured: dict[str, dict[str, Any]] = {}
+        for name, model, label in stages:
+            tuned = settings.model_copy(update={"llm": settings.llm.model_copy(update={"model": str(model)})})
+            runs[name] = create_run(store, tuned, agent="revise", suite="humaneval", options=options, task_ids=eval_ids)
+            backend = EmbeddedBackend.from_settings(tuned)
+            try:
+                _say(f"evaluating {label} on {len(eval_ids)} tasks")
+                seconds[f"eval_{name}"] = asyncio.run(_execute(tuned, store, runs[name].id, backend))
+            finally:
+                backend.close()
+            measured[name] = run_metrics(store, runs[name].id, eval_ids)
+            _say(f"{name}: {measured[name]}")
+        after = measured["after"]
     seconds["total"] = time.perf_counter() - started
     report = {
         "n": len(eval_ids),
@@ -260,11 +293,26 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
         },
         "before_curriculum": before,
         "after_curriculum": after,
+        "after_minus_before": paired(before, after, eval_ids),
+        **(
+            {
+                "after_stage1": measured["after_stage1"],
+                "stage1_minus_before": paired(before, measured["after_stage1"], eval_ids),
+            }
+            if "after_stage1" in measured
+            else {}
+        ),
         "curriculum": {
             stage: {key: curriculum[stage][key] for key in ("rows", "kinds", "model_id", "metrics")}
             for stage in ("stage1", "stage2")
         },
-        "config": {**vars(args), "m0": m0_id, "eval_tasks": eval_ids, "train_tasks": train_ids},
+        "config": {
+            **vars(args),
+            "command": " ".join(["veriloop bench revise", *argv]),
+            "m0": m0_id,
+            "eval_tasks": eval_ids,
+            "train_tasks": train_ids,
+        },
         "runs": {name: run.id for name, run in runs.items()},
         "seconds": {key: round(value, 1) for key, value in seconds.items()},
     }

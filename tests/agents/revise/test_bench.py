@@ -47,3 +47,15 @@ def test_committed_reply_shapes_are_shares_of_both_runs() -> None:
         assert side["replies"] >= shapes["tasks"]
         for key in ("without_code_block", "several_blocks", "unparseable", "without_function"):
             assert 0.0 <= side[key] <= 1.0
+
+
+def test_before_and_after_are_compared_task_by_task() -> None:
+    ids = [f"t{i}" for i in range(6)]
+    before = {"solved_tasks": ["t0", "t1", "t2"]}
+    after = {"solved_tasks": ["t0", "t3", "t4", "t5"]}
+    result = revise.paired(before, after, ids)
+    assert result["difference"] == pytest.approx(1 / 6, abs=1e-4)
+    assert (result["wins"], result["losses"]) == (3, 2)
+    assert result["mcnemar_p"] == 1.0  # 3 against 2 discordant tasks: no evidence either way
+    low, high = result["paired_bootstrap_95"]
+    assert low < 0 < result["difference"] < high
