@@ -37,9 +37,19 @@ apt_install() {
   fi
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
-has_candidate() {
-  [[ $apt_updated == 1 ]] || { apt-get update -qq; apt_updated=1; }
-  apt-cache policy "$1" 2>/dev/null | grep -q 'Candidate: [0-9]'
+candidate_known() {  # not `apt-cache | grep -q`: under pipefail, grep's early exit makes apt-cache's SIGPIPE a "no"
+  local policy
+  policy=$(apt-cache policy "$1" 2>/dev/null || true)
+  [[ $policy == *"Candidate: "[0-9]* ]]
+}
+has_candidate() {  # a failed or partial index update (a registry hiccup) is retried once before a package is given up
+  [[ $apt_updated != 0 ]] || { apt-get update -qq; apt_updated=1; }
+  candidate_known "$1" && return 0
+  [[ $apt_updated == 2 ]] && return 1
+  log "no candidate for $1: updating the package index again"
+  apt-get update -qq || true
+  apt_updated=2
+  candidate_known "$1"
 }
 
 missing=()
