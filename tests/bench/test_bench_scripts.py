@@ -1,34 +1,26 @@
-"""The scripts under bench/ that `veriloop bench` does not run: they must still run, and say why when they cannot."""
+"""The kernel and device benchmarks (`veriloop bench bf16_linear`, `llm_step`, `gpu_llm`): they run through the CLI
+like every other benchmark, and say why when they cannot."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 import torch
 
+from veriloop.bench import bf16_linear, llm_step
 from veriloop.config import Settings
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
 
-
-def _script(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _cli(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "veriloop.cli", "bench", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message a machine without CUDA gets")
 def test_gpu_bench_says_it_needs_cuda_and_exits_2() -> None:
-    run = subprocess.run(
-        [sys.executable, str(BENCH / "gpu_llm.py")], capture_output=True, text=True, timeout=120, check=False
-    )
+    run = _cli("gpu_llm", timeout=120)
     assert run.returncode == 2
     assert "needs a CUDA device" in run.stderr
     assert run.stdout == ""
@@ -37,9 +29,7 @@ def test_gpu_bench_says_it_needs_cuda_and_exits_2() -> None:
 @pytest.mark.slow
 @pytest.mark.model
 def test_step_bench_times_each_row_count_for_each_thread_count(model_settings: Settings) -> None:
-    result = _script("llm_step").main(
-        model_settings, ["--rows", "1,3", "--threads", "1,2", "--columns", "20", "--repeats", "1"]
-    )
+    result = llm_step.main(model_settings, ["--rows", "1,3", "--threads", "1,2", "--columns", "20", "--repeats", "1"])
     torch.set_num_threads(1)
     for threads in (1, 2):
         run = result[f"threads_{threads}"]
@@ -60,7 +50,7 @@ def test_step_bench_times_each_row_count_for_each_thread_count(model_settings: S
         assert set(run["step_ms_fp16_weights"]) == set(run["products_ms_fp16_weights"]) == {1, 3}
         speedup = run["step_ms_fp16_weights"][3] / run["step_ms"][3]
         assert run["bf16_kernel_speedup"][3] == pytest.approx(speedup, abs=0.02)
-    plain = _script("llm_step").main(
+    plain = llm_step.main(
         model_settings, ["--rows", "1", "--threads", "1", "--columns", "20", "--repeats", "1", "--python-loop"]
     )
     assert plain["scripted"] is False and plain["threads_1"]["step_ms"][1] > 0
@@ -70,12 +60,10 @@ def test_bf16_linear_bench_times_each_kernel_at_each_row_count() -> None:
     from veriloop.kernels import cpu_bf16
 
     if not cpu_bf16.available():
-        run = subprocess.run(
-            [sys.executable, str(BENCH / "bf16_linear.py")], capture_output=True, text=True, timeout=300, check=False
-        )
+        run = _cli("bf16_linear", timeout=300)
         assert run.returncode == 2 and "AVX512-BF16" in run.stderr
         return
-    result = _script("bf16_linear").main(["--rows", "1,3", "--layers", "2", "--rounds", "1", "--passes", "1"])
+    result = bf16_linear.main(None, ["--rows", "1,3", "--layers", "2", "--rounds", "1", "--passes", "1"])
     torch.set_num_threads(1)
     ms = result["ms"]
     assert (

@@ -186,6 +186,20 @@ async def test_writes_outside_the_work_dir_fail(sandbox: object, tmp_path: Path)
 
 
 @pytest.mark.parametrize("sandbox", ISOLATED, indirect=True)
+async def test_only_the_in_sandbox_code_is_visible(sandbox: object) -> None:
+    """The runner's folder is bound alone: a job sees runner.py and the judge, no host module and no package."""
+    code = (
+        "import os, sys\nnames = sorted(name for _, _, files in os.walk('/opt/veriloop') for name in files"
+        " if name.endswith('.py'))\nprint(names)\ntry:\n    import veriloop\n    print('veriloop', veriloop.__file__)\n"
+        "except ImportError:\n    print('no veriloop')\n"
+    )
+    result, _ = await run(sandbox, job(sandbox, code))
+    assert result.status is ExecStatus.PASSED, result  # type: ignore[attr-defined]
+    lines = result.stdout.splitlines()  # type: ignore[attr-defined]
+    assert lines == ["['__init__.py', 'harness_py.py', 'runner.py']", "no veriloop"], result.stdout  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("sandbox", ISOLATED, indirect=True)
 async def test_host_environment_is_invisible(sandbox: object, monkeypatch: pytest.MonkeyPatch) -> None:
     token = f"secret-{random.getrandbits(48):x}"
     monkeypatch.setenv("VERILOOP_TEST_SECRET", token)

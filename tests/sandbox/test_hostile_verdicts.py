@@ -25,8 +25,9 @@ import pytest
 from tests.sandbox.hostile import assert_not_passed, assert_passed
 from veriloop.errors import ConfigError
 from veriloop.records import ExecResult, ExecStatus, TestOutcome
-from veriloop.sandbox import Limits, harness_py
+from veriloop.sandbox import Limits
 from veriloop.sandbox import languages as langs
+from veriloop.sandbox.inside import harness_py
 from veriloop.sandbox.job import Checks, Job
 
 LIMITS = Limits(wall_s=3.0)

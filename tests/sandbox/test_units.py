@@ -16,7 +16,7 @@ from veriloop.records import ExecStatus
 from veriloop.sandbox import Job, get_sandbox, simple_job
 from veriloop.sandbox.base import assemble, parse_runner_output
 from veriloop.sandbox.cgroups import Cgroups, read_membership, read_mounts
-from veriloop.sandbox.harness_py import count_tests
+from veriloop.sandbox.inside.harness_py import count_tests
 from veriloop.sandbox.process import ProcessSandbox
 
 
@@ -189,7 +189,7 @@ def _run_bpf(program: bytes, arch: int, number: int) -> int:
 
 
 def test_keyring_filter_denies_exactly_the_keyring_syscalls() -> None:
-    from veriloop.sandbox.runner import seccomp_program
+    from veriloop.sandbox.inside.runner import seccomp_program
 
     program = seccomp_program("x86_64")
     assert program is not None and len(program) % 8 == 0

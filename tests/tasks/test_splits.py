@@ -10,7 +10,7 @@ from veriloop.config import Settings, load_settings
 from veriloop.errors import ConfigError
 from veriloop.records import Task
 from veriloop.sandbox import default_limits, get_sandbox
-from veriloop.sandbox.harness_py import count_tests
+from veriloop.sandbox.inside.harness_py import count_tests
 from veriloop.sandbox.languages import python_tests_job
 from veriloop.tasks import load_suite
 

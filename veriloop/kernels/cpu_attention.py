@@ -4,7 +4,7 @@ A decoding row's attention is three query vectors per key head against a few hun
 a few hundred thousand multiply-adds. PyTorch's CPU flash kernel runs it as two small matrix products
 per (row, head) plus its blocking and a float mask, about 60 µs per row and layer for 200 columns on
 this project's machine; this loop reads each cached key and value once for the whole query group and
-takes 20 to 30 µs (`bench/llm_step.py` measures a whole step). The sums run in a fixed order over
+takes 20 to 30 µs (`veriloop bench llm_step` measures a whole step). The sums run in a fixed order over
 each row's own columns, so a row's result never depends on which rows share its step.
 
 Where the CPU has AVX-512 and the head width is a multiple of 16 (groups of up to 8 queries), the

@@ -5,7 +5,7 @@ only streams the weight; each further row adds multiply-adds. FBGEMM's fp16 kern
 weight to float32 and multiplies in float32, so on this project's 2-core AVX512-BF16 machine every
 further row adds about a sixth of a one-row step. `vdpbf16ps` multiplies bf16 pairs straight from the
 weight, 32 multiply-adds an instruction: measured over the embedded model's 120 layer products
-(`bench/bf16_linear.py`), 1 row 12.0 ms against FBGEMM's 12.9, 6 rows 11.7 against 20.1.
+(`veriloop bench bf16_linear`), 1 row 12.0 ms against FBGEMM's 12.9, 6 rows 11.7 against 20.1.
 
 The weight is packed once (`pack`) into tiles of 64 outputs whose bf16 pairs lie in reading order;
 the product walks each tile once for up to six rows at a time, with the rows' sums in registers.

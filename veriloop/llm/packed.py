@@ -383,7 +383,7 @@ FUSED: dict[str, type[FusedLinear]] = {"float16": HalfWeightLinear, "bfloat16": 
 def product_kind(weights: LinearWeights) -> type[FusedLinear] | None:
     """The fused product kind for `weights`, decoding rows and prompt rows alike: as `FUSED`, but bf16 by the
     AVX512-BF16 kernel where it builds, which measured faster than oneDNN's bf16 at every row count from 1 to 256
-    (`bench/bf16_linear.py --rows`)."""
+    (`veriloop bench bf16_linear --rows`)."""
     if weights == "bfloat16" and BrainDotLinear.kernel_available():
         return BrainDotLinear
     return FUSED.get(weights)

@@ -17,8 +17,10 @@ from veriloop.records import ExecResult, ExecStatus, TestOutcome
 from veriloop.registry import Registry
 from veriloop.sandbox.job import Job, Limits, Step
 
-RUNNER = Path(__file__).with_name("runner.py")
-HARNESS = Path(__file__).with_name("harness_py.py")
+INSIDE = Path(__file__).with_name("inside")
+"""What the sandbox binds at /opt/veriloop: the in-sandbox code alone (see inside/__init__.py)."""
+RUNNER = INSIDE / "runner.py"
+HARNESS = INSIDE / "harness_py.py"
 SIGXCPU = 24
 SIGXFSZ = 25
 SIGKILL = 9

@@ -39,7 +39,7 @@ from veriloop.config import Settings
 from veriloop.errors import SandboxError
 from veriloop.records import ExecResult
 from veriloop.sandbox.base import (
-    RUNNER,
+    INSIDE,
     SandboxBackend,
     Toolchain,
     assemble,
@@ -172,7 +172,7 @@ def bwrap_argv(toolchain: Toolchain, root: Path, mode: str) -> list[str]:
             argv += ["--perms", "0755", "--dir", directory]
     for bind in toolchain.binds:
         argv += ["--ro-bind", bind, bind]
-    argv += ["--ro-bind", str(RUNNER.parent), RUNNER_DIR]
+    argv += ["--ro-bind", str(INSIDE), RUNNER_DIR]
     argv += ["--proc", "/proc", "--dev", "/dev", "--dir", "/work", "--dir", "/tmp", "--chdir", "/"]
     for key, value in RUNNER_ENV.items():
         argv += ["--setenv", key, value]

@@ -32,7 +32,7 @@ from veriloop.config import Settings
 from veriloop.errors import SandboxError
 from veriloop.records import ExecResult, ExecStatus
 from veriloop.sandbox.base import (
-    RUNNER,
+    INSIDE,
     TOOLS,
     SandboxBackend,
     Toolchain,
@@ -262,7 +262,7 @@ class WarmContainer:
                 tmpfs={"/work": f"size={disk_mb}m,mode=1777,exec", "/tmp": f"size={disk_mb}m,mode=1777,exec"},
                 volumes={
                     str(input_dir): {"bind": "/in", "mode": "ro"},
-                    str(RUNNER.parent): {"bind": RUNNER_DIR, "mode": "ro"},
+                    str(INSIDE): {"bind": RUNNER_DIR, "mode": "ro"},
                 },
                 pids_limit=pids + PIDS_OVERHEAD,
                 mem_limit=f"{self.memory_mb}m",

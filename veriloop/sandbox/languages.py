@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from veriloop.errors import ConfigError
-from veriloop.sandbox import build_only, harness_py, split
+from veriloop.sandbox import build_only, split
 from veriloop.sandbox.base import Toolchain
+from veriloop.sandbox.inside import harness_py
 from veriloop.sandbox.job import Checks, Job, Limits, Phase, StdioCase, Step
 
 Argv = Callable[[Toolchain, str, Limits], list[str]]

@@ -27,7 +27,7 @@ from veriloop.config import Settings
 from veriloop.errors import SandboxError
 from veriloop.records import ExecResult, ExecStatus
 from veriloop.sandbox.base import (
-    RUNNER,
+    INSIDE,
     SandboxBackend,
     Toolchain,
     assemble,
@@ -85,7 +85,7 @@ class ProcessSandbox:
             assert python is not None
             started = time.monotonic()
             proc = subprocess.Popen(
-                runner_argv(python, str(RUNNER.parent), "once"),
+                runner_argv(python, str(INSIDE), "once"),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

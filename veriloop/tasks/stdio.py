@@ -3,7 +3,7 @@
 Each case becomes one `assert`, so per-case outcomes, public/private splits and every agent that runs
 Python tests work unchanged. The harness imports the solution first (as `__solution__`, with an empty
 stdin), so the program must do its work under `if __name__ == "__main__":`; the prompt says so. Each
-assert calls `_veriloop_stdio(stdin)`, which the trusted judge binds (`sandbox.harness_py.STDIO`): the
+assert calls `_veriloop_stdio(stdin)`, which the trusted judge binds (`sandbox.inside.harness_py.STDIO`): the
 candidate's process runs the program again as `__main__` on that stdin and sends back what it printed,
 and the judge compares it line by line with trailing whitespace ignored.
 """

@@ -1,10 +1,9 @@
 """The inference benchmark on a CUDA machine: `veriloop bench llm` with `llm.device = cuda`, and, where
 vLLM is installed, the same HumanEval prompts through the `vllm` backend; prints one JSON with both.
 
-    python bench/gpu_llm.py [--prompts 16] [--max-tokens 128] [--concurrency 8] [--dtype bfloat16]
+    veriloop bench gpu_llm [--prompts 16] [--max-tokens 128] [--concurrency 8] [--dtype bfloat16]
 
-Exits with status 2 and a one-line message when torch sees no CUDA device. Run from the repository
-root with the package importable (`pip install -e .` or PYTHONPATH=.).
+Exits with status 2 and a one-line message when torch sees no CUDA device. Nothing in CI needs it.
 """
 
 from __future__ import annotations
@@ -86,13 +85,14 @@ def _vllm(args: argparse.Namespace) -> dict[str, Any]:
     return asyncio.run(run())
 
 
-def main(argv: list[str]) -> int:
+def main(settings: object, argv: list[str]) -> dict[str, Any]:
+    """`settings` is unused: the embedded side runs on `llm.device = cuda` and the vllm side on its own settings."""
     args = _parse(argv)
     import torch
 
     if not torch.cuda.is_available():
-        print("bench/gpu_llm.py needs a CUDA device, and torch sees none", file=sys.stderr)
-        return 2
+        print("veriloop bench gpu_llm needs a CUDA device, and torch sees none", file=sys.stderr)
+        raise SystemExit(2)
     result: dict[str, Any] = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
     result["embedded"] = _embedded(args)
     if importlib.util.find_spec("vllm") is None:
@@ -105,9 +105,8 @@ def main(argv: list[str]) -> int:
         if embedded_rate:
             result["embedded_vs_vllm"] = round(embedded_rate / vllm_result["tokens_per_s"]["all_in_flight"], 3)
         result["vllm_prompts"] = len(texts)
-    print(json.dumps(result, indent=2))
-    return 0
+    return result
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    print(json.dumps(main(None, sys.argv[1:]), indent=2))

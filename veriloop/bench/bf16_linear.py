@@ -1,7 +1,7 @@
 """The AVX512-BF16 product (`veriloop.kernels.cpu_bf16`) against FBGEMM's fp16 and oneDNN's bf16 kernels.
 
-    python bench/bf16_linear.py [--rows 1,2,3,4,6,8] [--layers 30] [--rounds 4]
-    python bench/bf16_linear.py --rows 16,64,112,256 --passes 2     # prompt chunks
+    veriloop bench bf16_linear [--rows 1,2,3,4,6,8] [--layers 30] [--rounds 4]
+    veriloop bench bf16_linear --rows 16,64,112,256 --passes 2     # prompt chunks
 
 Random weights with the embedded model's layer shapes (fused q/k/v 960x576, o 576x576, fused
 gate/up 3072x576, down 576x1536), `--layers` distinct copies so that, as in a real step, the
@@ -46,7 +46,8 @@ def _ms(call: Callable[[], object], passes: int) -> float:
     return (time.perf_counter() - started) / passes * 1000
 
 
-def main(argv: list[str]) -> dict[str, Any]:
+def main(settings: object, argv: list[str]) -> dict[str, Any]:
+    """`settings` is unused: random weights of fixed shapes, no model."""
     from veriloop.kernels import cpu_bf16
     from veriloop.llm.packed import BrainProduct
 
@@ -121,4 +122,4 @@ def main(argv: list[str]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(sys.argv[1:]), indent=1))
+    print(json.dumps(main(None, sys.argv[1:]), indent=1))

@@ -1,6 +1,6 @@
 """What one decode step of the embedded backend costs at 1, 2, ... rows: the ceiling on `ratio_8_vs_1`.
 
-    python bench/llm_step.py [--rows 1,2,4,6,8,12,16] [--columns 300] [--threads 1,2] [--repeats 10]
+    veriloop bench llm_step [--rows 1,2,4,6,8,12,16] [--columns 300] [--threads 1,2] [--repeats 10]
 
 `veriloop bench llm` measures whole runs, where prefill, the tail of short answers and the load
 on the other core all mix in. This script isolates the decode step the batcher runs (the packed
@@ -18,7 +18,6 @@ same steps and products run on FBGEMM's fp16 weights too: `step_ms_fp16_weights`
 `products_ms_fp16_weights` and `bf16_kernel_speedup` (the steps' ratio).
 A run of the whole bench cannot beat `step_speedup` at its mean rows per step, and falls short of it
 by the prefill it has to do at every concurrency. Prints one JSON.
-Run from the repository root with the package importable.
 """
 
 from __future__ import annotations
