@@ -1,9 +1,9 @@
 """Fixtures shared by every test area, and the one hook that turns markers into skips.
 
 Markers do the skipping: a test marked `bwrap`, `dafny`, `nagini`, `data`, `docker`, `postgres`, `browser`,
-`gpu` or `model` (or using a fixture that implies one, see `FIXTURE_MARKERS`) is skipped at collection, with
-the reason, when that part is missing here. `slow` never skips: deselect it with `-m "not slow"` (`make unit`).
-PostgreSQL is never skipped under `VERILOOP_REQUIRE_POSTGRES=1` (CI): its fixtures fail instead.
+`gpu`, `llama_server` or `model` (or using a fixture that implies one, see `FIXTURE_MARKERS`) is skipped at
+collection, with the reason, when that part is missing here. `slow` never skips: deselect it with `-m "not slow"`
+(`make unit`). PostgreSQL is never skipped under `VERILOOP_REQUIRE_POSTGRES=1` (CI): its fixtures fail instead.
 
 One converted-model home per session: the first test that needs the embedded model converts the
 bundled GGUF into a fresh, empty home (about 15 s), and every later test reuses that folder. The
@@ -114,6 +114,15 @@ def _model(*names: str) -> str | None:
     return None
 
 
+@cache
+def _llama_server() -> str | None:
+    from veriloop.llm.llama_server import BUILD_COMMAND, find_llama_server
+
+    if find_llama_server(load_settings().paths.cache_dir) is None:
+        return f"no llama-server here: build and cache it once with `{BUILD_COMMAND}` (6 to 20 minutes)"
+    return None
+
+
 REQUIREMENTS: dict[str, Callable[..., str | None]] = {
     "bwrap": _bwrap,
     "dafny": lambda: _which("dafny", "scripts/setup-verifiers.sh installs Debian's dafny"),
@@ -124,6 +133,7 @@ REQUIREMENTS: dict[str, Callable[..., str | None]] = {
     "browser": lambda: _which("chromium", "scripts/setup-browser.sh installs Debian's chromium"),
     "gpu": _gpu,
     "model": _model,
+    "llama_server": _llama_server,
 }
 """Marker -> why the part is missing here (None when present). `data` takes optional paths inside the data folder."""
 

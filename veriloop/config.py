@@ -48,7 +48,11 @@ class PathSettings(Section):
 class LLMSettings(Section):
     """The shared inference backend."""
 
-    backend: str = Field("embedded", description="Backend name: embedded, openai or vllm.")
+    backend: str = Field(
+        "embedded",
+        description="Backend name: embedded, openai, vllm, or llama_cpp (llama.cpp's llama-server on the model's GGUF,"
+        " started by veriloop; docs/backend.md).",
+    )
     model: str = Field(
         "qwen2.5-coder-1.5b-instruct",
         description="Model: a bundled name (`veriloop models`: qwen2.5-coder-1.5b-instruct,"
@@ -68,9 +72,25 @@ class LLMSettings(Section):
     dtype: str = Field("float32", description="Weights dtype for the embedded backend (float32, bfloat16).")
     base_url: str = Field("http://127.0.0.1:8000/v1", description="OpenAI-compatible server for the openai backend.")
     api_key: str = Field("EMPTY", description="API key sent to the OpenAI-compatible server.")
-    max_concurrency: int = Field(8, ge=1, le=1024, description="Concurrent HTTP requests of the openai backend.")
+    max_concurrency: int = Field(
+        8,
+        ge=1,
+        le=1024,
+        description="Concurrent HTTP requests of the openai backend; the llama_cpp backend's server slots (-np).",
+    )
     max_retries: int = Field(3, ge=0, le=20, description="Retries with exponential back-off on HTTP failures.")
-    timeout_s: float = Field(120.0, gt=0, description="Per-request timeout of the openai backend.")
+    timeout_s: float = Field(120.0, gt=0, description="Per-request timeout of the openai and llama_cpp backends.")
+    llama_server: str | None = Field(
+        None,
+        description="The llama-server binary of the llama_cpp backend; None: $VERILOOP_LLAMA_SERVER, a llama-server"
+        " on PATH, or the one `python -m veriloop.llm.llama_server build` caches.",
+    )
+    llama_threads: int = Field(
+        0, ge=0, le=256, description="Threads of the llama_cpp backend's server; 0: one per usable core."
+    )
+    llama_context: int = Field(
+        4096, ge=256, le=131072, description="Tokens (prompt plus answer) each llama_cpp server slot holds."
+    )
     quantization: Literal["none", "int4", "nf4", "fp4", "any4", "any3", "any2"] = Field(
         "none",
         description="Weight quantization of the embedded model's linear layers (any4 learns per-row tables).",

@@ -61,6 +61,7 @@ BACKENDS: Registry[BackendFactory] = Registry(
         "embedded": "veriloop.llm.embedded:EmbeddedBackend",
         "openai": "veriloop.llm.openai_backend:OpenAIBackend",
         "vllm": "veriloop.llm.vllm_backend:VLLMBackend",
+        "llama_cpp": "veriloop.llm.llama_cpp_backend:LlamaCppBackend",
         "scripted": "veriloop.testing:ScriptedBackend",
     },
 )

@@ -1,7 +1,7 @@
 """llama.cpp's `llama-server`: finding it, building it once, and running it on a GGUF file.
 
-Used by `veriloop bench llm --peer llama_cpp`, which measures llama.cpp beside the embedded backend; it sits in the
-llm layer so that a backend serving generate calls through llama-server can share it.
+Used by `veriloop bench llm --peer llama_cpp`, which measures llama.cpp beside the embedded backend, and by the
+`llama_cpp` backend (llama_cpp_backend.py), which serves generate calls through it.
 
 The binary is llama.cpp's own `llama-server` (parallel slots with continuous batching, `-np N`), built from the
 llama.cpp sources that llama-cpp-python `LLAMA_CPP_PYTHON` vendors in its PyPI sdist: the sdist is the only
@@ -11,7 +11,8 @@ under `<cache_dir>/llama.cpp/<version>/bin`. Build it with
 
     python -m veriloop.llm.llama_server build
 
-A binary named by the caller, then `VERILOOP_LLAMA_SERVER`, then a `llama-server` on PATH, is used first.
+A binary named by the caller (the backend's `llm.llama_server`), then `VERILOOP_LLAMA_SERVER`, then a `llama-server`
+on PATH, is used first.
 """
 
 from __future__ import annotations
