@@ -32,6 +32,7 @@ from typing import Any
 from veriloop.agents.alphaverus import AlphaVerusAgent, AlphaVerusOptions, filters, make_verifier
 from veriloop.agents.context import AgentContext
 from veriloop.agents.runner import with_provenance
+from veriloop.bench._parts import opened
 from veriloop.config import Settings
 from veriloop.llm.base import Backend
 from veriloop.records import Attempt, Run, RunStatus, Task, VerifyStatus
@@ -253,19 +254,15 @@ def ratios(report: dict[str, Any]) -> dict[str, Any]:
 
 
 async def run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
-    from veriloop.llm import get_backend
-    from veriloop.sandbox import get_sandbox
     from veriloop.tasks import load_suite
     from veriloop.tasks.dafny import load_dafnybench_hints
 
     settings = settings.model_copy(update={"llm": settings.llm.model_copy(update={"max_batch_size": args.batch})})
     chosen = [name.strip() for name in args.settings.split(",") if name.strip()]
     result: dict[str, Any] = {"config": {k: v for k, v in vars(args).items()}}
-    store = TrajectoryStore.from_settings(settings)
-    sandbox = get_sandbox(settings)
-    backend = get_backend(settings)
-    result["config"]["model"] = backend.model_id
-    try:
+    async with opened(settings) as parts:
+        store, sandbox, backend = parts.store, parts.sandbox, parts.backend
+        result["config"]["model"] = backend.model_id
         if "dafny_hints" in chosen:
             suite = load_dafnybench_hints(settings, scan=args.scan)
             tasks = sorted(suite.tasks, key=lambda task: len(task.prompt))[: args.dafny_tasks]
@@ -295,10 +292,6 @@ async def run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
             await run_setting("humaneval_tests", first, "tests", args, settings, store, backend, sandbox, result)
         names = ("dafny_hints", "dafny_hints_whole", "nagini_hints", "nagini_hints_whole", "humaneval_tests")
         result["ratios"] = {name: ratios(result[name]) for name in names if name in result}
-    finally:
-        await backend.aclose()
-        await sandbox.aclose()
-        store.close()
     return result
 
 

@@ -31,6 +31,7 @@ from veriloop.agents.alphaverus.pools import SOLVED
 from veriloop.agents.context import AgentContext
 from veriloop.agents.runner import with_provenance
 from veriloop.bench import load_average
+from veriloop.bench._parts import opened
 from veriloop.bench.alphaverus import node_shares
 from veriloop.config import Settings
 from veriloop.llm.base import Backend
@@ -147,8 +148,6 @@ def bench_store(settings: Settings) -> tuple[Settings, Path]:
 
 
 async def run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
-    from veriloop.llm import get_backend
-    from veriloop.sandbox import get_sandbox
     from veriloop.tasks.dafny import load_dafnybench_hints
 
     llm = settings.llm.model_copy(update={"max_batch_size": args.batch})
@@ -176,12 +175,10 @@ async def run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
         "infill": "hints",
     }
     partial = db.with_suffix(".json")
-    store = TrajectoryStore.from_settings(settings)
-    sandbox = get_sandbox(settings)
-    backend = get_backend(settings)
-    result["config"]["model"] = backend.model_id
-    started = time.perf_counter()
-    try:
+    async with opened(settings) as parts:
+        store, sandbox, backend = parts.store, parts.sandbox, parts.backend
+        result["config"]["model"] = backend.model_id
+        started = time.perf_counter()
         store.upsert_tasks([*train, *held_out])
         phases = (
             ("iteration_0_train", train, AlphaVerusOptions(**common, few_shot=args.few_shot, grow_pools=True)),
@@ -209,10 +206,6 @@ async def run(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
         result["wall_s"] = round(time.perf_counter() - started, 1)
         result["load_average_end"] = load_average()
         partial.write_text(json.dumps(result, indent=1, default=str))
-    finally:
-        await backend.aclose()
-        await sandbox.aclose()
-        store.close()
     return result
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.agents.alphaverus.programs import SUM_NO_HINTS, hints_task
 from veriloop.agents.alphaverus import AlphaVerusAgent, AlphaVerusOptions
 from veriloop.agents.alphaverus.pools import CRITIC, ERRORS, SOLVED, Pools
 from veriloop.agents.context import AgentContext
@@ -22,20 +23,6 @@ MAX_WEAK = """method Max(a: int, b: int) returns (m: int)
   ensures m >= a
 {
   if a > b { m := a; } else { m := b; }
-}
-"""
-SUM_NO_HINTS = """function Tri(n: nat): nat { n * (n + 1) / 2 }
-
-method SumTo(n: nat) returns (s: nat)
-  ensures s == Tri(n)
-{
-  s := 0;
-  var i := 0;
-  while i < n
-  {
-    i := i + 1;
-    s := s + i;
-  }
 }
 """
 HINTS = "  while i < n\n    invariant 0 <= i <= n\n    invariant s == Tri(i)\n"
@@ -56,17 +43,6 @@ def scripted(prompt: Prompt) -> str:
     if "fix the errors" in text or "I got the following errors" in text:
         return fence(SUM_FIXED)
     return fence(MAX_WEAK) if "method Max" in text else fence(SUM_NO_HINTS)
-
-
-def hints_task(name: str, program: str) -> Task:
-    return Task(
-        id=name,
-        suite="unit-hints",
-        prompt=program,
-        language="dafny",
-        spec=program,
-        metadata={"mode": "hints", "verifier": "dafny"},
-    )
 
 
 @pytest.mark.dafny

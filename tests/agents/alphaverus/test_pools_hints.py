@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.agents.alphaverus.programs import SUM_NO_HINTS as SUM
+from tests.agents.alphaverus.programs import hints_task
 from veriloop.agents.alphaverus import AlphaVerusAgent, AlphaVerusOptions, has_hints
 from veriloop.agents.alphaverus.hints import DAFNY, parse_hints, render_hints
 from veriloop.agents.alphaverus.pools import SOLVED, Pools
@@ -17,20 +19,6 @@ from veriloop.sandbox import get_sandbox
 from veriloop.store import TrajectoryStore
 from veriloop.testing import ScriptedBackend
 
-SUM = """function Tri(n: nat): nat { n * (n + 1) / 2 }
-
-method SumTo(n: nat) returns (s: nat)
-  ensures s == Tri(n)
-{
-  s := 0;
-  var i := 0;
-  while i < n
-  {
-    i := i + 1;
-    s := s + i;
-  }
-}
-"""
 SUM_HINTS = "// loop 1\ninvariant 0 <= i <= n\ninvariant s == Tri(i)\n"
 COUNT = """method CountTo(n: nat) returns (c: nat)
   ensures c == n
@@ -43,17 +31,6 @@ COUNT = """method CountTo(n: nat) returns (c: nat)
 }
 """
 COUNT_HINTS = "// loop 1\ninvariant 0 <= c <= n\ndecreases n - c\n"
-
-
-def hints_task(name: str, program: str) -> Task:
-    return Task(
-        id=name,
-        suite="unit-hints",
-        prompt=program,
-        language="dafny",
-        spec=program,
-        metadata={"mode": "hints", "verifier": "dafny"},
-    )
 
 
 def test_rendered_hints_parse_back_to_the_same_lines() -> None:
