@@ -131,16 +131,14 @@ def test_peak_rss_reads_vmhwm_of_a_live_process() -> None:
     assert peer.peak_rss_mb(2**22 + 12345) is None
 
 
-FLAGS_512 = {"avx2": True, "avx512f": True, "avx512_bf16": True, "amx_bf16": False}
-FLAGS_AVX2 = {"avx2": True, "avx512f": False, "avx512_bf16": False, "amx_bf16": False}
-
-
-def test_attention_kernel_names_follow_the_flags_and_the_head_shape() -> None:
-    assert packed.attention_kernel_name(True, 64, 3, FLAGS_512) == "veriloop_cpu_attention (AVX-512, 16 lanes)"
-    assert packed.attention_kernel_name(True, 64, 3, FLAGS_AVX2) == "veriloop_cpu_attention (portable C++ loop)"
-    assert packed.attention_kernel_name(True, 72, 3, FLAGS_512) == "veriloop_cpu_attention (portable C++ loop)"
-    assert packed.attention_kernel_name(True, 64, 12, FLAGS_512) == "veriloop_cpu_attention (portable C++ loop)"
-    assert packed.attention_kernel_name(False, 64, 3, FLAGS_512) == "torch_sdpa"
+def test_attention_kernel_names_follow_the_built_loops_and_the_head_shape() -> None:
+    name = packed.attention_kernel_name
+    assert name(True, 64, 3, 16) == "veriloop_cpu_attention (AVX-512, 16 lanes)"
+    assert name(True, 64, 7, 8) == "veriloop_cpu_attention (AVX2, 2 x 8 lanes)"
+    assert name(True, 64, 3, 0) == "veriloop_cpu_attention (portable C++ loop)"
+    assert name(True, 72, 3, 16) == "veriloop_cpu_attention (portable C++ loop)"
+    assert name(True, 64, 12, 8) == "veriloop_cpu_attention (portable C++ loop)"
+    assert name(False, 64, 3, 16) == "torch_sdpa"
 
 
 def test_product_names_follow_the_kind_the_decoder_picks(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,6 +5,7 @@ input refused, and a clean fall-back where it cannot be built."""
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 import pytest
@@ -14,11 +15,21 @@ import torch.nn.functional as F
 from veriloop.kernels import cpu_attention
 from veriloop.kernels.cpu_build import InlineOps, cpu_capabilities
 
-AVX512_LOOPS = "avx512_f" in cpu_capabilities()
-"""Whether the kernel has its explicit AVX-512 loops: it is built with `-march=native`, so `__AVX512F__` is defined
-exactly where this CPU has AVX-512F. Elsewhere (AVX2, Arm) every shape takes the portable loops."""
-
 pytestmark = pytest.mark.skipif(not cpu_attention.load(), reason="no working C++ compiler for torch extensions here")
+
+EXPECTED_LANES_ENV = "VERILOOP_EXPECT_ATTENTION_LANES"
+"""Set by test_cpu_attention_builds.py, which runs this file again on the AVX2 and portable builds."""
+
+VECTOR_LOOPS = cpu_attention.vector_lanes() > 0
+"""Whether the kernel has its explicit vector loops (AVX-512, or AVX2 with FMA and F16C). It is built with
+`-march=native` plus `VERILOOP_CPU_KERNEL_FLAGS`, so the loops follow this CPU unless those flags take some away."""
+
+
+def test_the_build_has_the_vector_loops_this_cpu_allows() -> None:
+    capabilities = set(cpu_capabilities())
+    native = 16 if "avx512_f" in capabilities else 8 if "avx2" in capabilities else 0
+    expected = int(os.environ.get(EXPECTED_LANES_ENV, native))
+    assert cpu_attention.vector_lanes() == expected
 
 
 def _buffers(slots: int, heads: int, capacity: int, dim: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -49,7 +60,7 @@ def _reference(
         (3, 3, 64, [0], [1]),  # a row's first token: one column
         (3, 3, 64, [2, 0, 5], [300, 17, 64]),  # the embedded model's shapes, rows out of slot order
         (2, 4, 40, [1, 3], [33, 90]),  # a width that is no multiple of the loop's 16 lanes
-        (1, 1, 8, [0, 1, 2, 3], [5, 6, 7, 8]),  # 8 wide: the portable loops, not the AVX-512 ones
+        (1, 1, 8, [0, 1, 2, 3], [5, 6, 7, 8]),  # 8 wide: the portable loops, not the vector ones
         (2, 9, 32, [4, 1], [70, 2]),  # a group of nine queries: the portable loops too
     ],
 )
@@ -68,9 +79,9 @@ def test_rows_attend_over_their_own_columns_as_pytorch_does(
 )
 def test_a_float16_cache_reads_as_its_float32_widening(heads: int, group: int, dim: int, vectorized: bool) -> None:
     """fp16 keys and values are widened exactly as they are read, so the result is the widened float32 cache's to
-    float rounding everywhere. Bit for bit only in the AVX-512 loops (`vectorized`: a width that is a multiple of
-    16, at most 8 queries, on a CPU with AVX-512F), by construction: both caches run the same instructions, the
-    fp16 one with one exact `vcvtph2ps` per load. The portable loops are plain C++ compiled twice from one template
+    float rounding everywhere. Bit for bit only in the vector loops (`vectorized`: a width that is a multiple of
+    16, at most 8 queries, on a CPU with AVX-512F or AVX2), by construction: both caches run the same instructions,
+    the fp16 one with one exact `vcvtph2ps` per load. The portable loops are plain C++ compiled twice from one template
     (float and half elements), and the compiler may vectorize and fuse the multiply-adds of each differently (on an
     AVX2 CPU they differ in the last bits), so there the two agree to rounding only."""
     keys, values = (buffer.half() for buffer in _buffers(4, heads, 300, dim, seed=dim))
@@ -78,7 +89,7 @@ def test_a_float16_cache_reads_as_its_float32_widening(heads: int, group: int, d
     slots, lengths = torch.tensor([3, 0, 1]), torch.tensor([300, 1, 129])
     half = cpu_attention.decode_attention(q, keys, values, slots, lengths, 0.125)
     widened = cpu_attention.decode_attention(q, keys.float(), values.float(), slots, lengths, 0.125)
-    if vectorized and AVX512_LOOPS:
+    if vectorized and VECTOR_LOOPS:
         assert torch.equal(half, widened)
     torch.testing.assert_close(half, widened, atol=1e-6, rtol=1e-6)
     expected = _reference(q, keys, values, [3, 0, 1], [300, 1, 129], scale=0.125)
@@ -87,7 +98,7 @@ def test_a_float16_cache_reads_as_its_float32_widening(heads: int, group: int, d
 
 def test_a_rows_result_does_not_depend_on_the_other_rows() -> None:
     """Bit for bit on every CPU, by construction: a row's sums run in a fixed order over its own columns, in the
-    same compiled loop whichever rows share the call (AVX-512 or portable, chosen by shape, not by the batch)."""
+    same compiled loop whichever rows share the call (vector or portable, chosen by shape, not by the batch)."""
     keys, values = _buffers(8, 3, 200, 64, seed=1)
     q = torch.randn(8, 3, 3, 64, generator=torch.Generator().manual_seed(2))
     slots, lengths = torch.arange(8), torch.tensor([200, 1, 57, 199, 128, 64, 3, 150])

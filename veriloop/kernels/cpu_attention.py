@@ -8,11 +8,14 @@ takes 20 to 30 µs (`veriloop bench llm_step` measures a whole step). The sums r
 each row's own columns, so a row's result never depends on which rows share its step.
 
 Where the CPU has AVX-512 and the head width is a multiple of 16 (groups of up to 8 queries), the
-scores and the weighted values run as explicit 16-lane loops. In a real step the cache comes from
-memory, not the core's caches (the weights stream through them between layers), and the hardware
-prefetcher stops at every 4 KiB page: the loop fetches keys 32 columns ahead and each column's
-value while it scores the key. Measured over 30 layers' caches at 300 columns, one row: 68 µs per
-layer before, 38 to 40 µs after (20.8 µs with the cache already in the core's caches).
+scores and the weighted values run as explicit 16-lane loops; on an AVX2 CPU (with FMA and F16C) the
+same loops run on pairs of 8-lane registers. Elsewhere, or with `-DVERILOOP_PORTABLE_ATTENTION` in
+`VERILOOP_CPU_KERNEL_FLAGS`, the portable C++ loops run (vectorized as the compiler sees fit).
+In a real step the cache comes from memory, not the core's caches (the weights stream through them
+between layers), and the hardware prefetcher stops at every 4 KiB page: the loop fetches keys 32
+columns ahead and each column's value while it scores the key. Measured over 30 layers' caches at 300
+columns, one row: 68 µs per layer before, 38 to 40 µs after (20.8 µs with the cache already in the
+core's caches).
 
 A "row" is any query token with its slot and its column count: a prompt token is a row over the
 columns up to its own, so the batcher sends a step's decoding rows and prompt chunks in one call, and
@@ -39,7 +42,14 @@ _SOURCE = r"""
 #include <cstdint>
 #include <cstring>
 #include <vector>
-#if defined(__AVX512F__)
+#if !defined(VERILOOP_PORTABLE_ATTENTION) && defined(__AVX512F__)
+#define VERILOOP_VECTOR_LOOPS 16
+#elif !defined(VERILOOP_PORTABLE_ATTENTION) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define VERILOOP_VECTOR_LOOPS 8
+#else
+#define VERILOOP_VECTOR_LOOPS 0
+#endif
+#if VERILOOP_VECTOR_LOOPS
 #include <immintrin.h>
 #endif
 
@@ -107,14 +117,51 @@ inline float total(const float* x, int64_t count) {
   return sum;
 }
 
-#if defined(__AVX512F__)
+#if VERILOOP_VECTOR_LOOPS
 constexpr int64_t kAhead = 32;  // key rows fetched ahead (32 x 256 bytes at the embedded model's width in float)
 
-// 16 cached values as floats: a plain load, or fp16 widened by one instruction (`vcvtph2ps`, exact).
-inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 load16(const at::Half* p) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+// Sixteen float lanes: one AVX-512 register, or two AVX2 ones. The loops below are written once against these;
+// fp16 values are widened as they are loaded (`vcvtph2ps`, exact), so a half cache and its float32 widening run
+// the same arithmetic.
+#if VERILOOP_VECTOR_LOOPS == 16
+struct Vec16 {
+  __m512 v;
+};
+inline Vec16 zero16() { return {_mm512_setzero_ps()}; }
+inline Vec16 load16(const float* p) { return {_mm512_loadu_ps(p)}; }
+inline Vec16 load16(const at::Half* p) {
+  return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
 }
+inline Vec16 broadcast16(float x) { return {_mm512_set1_ps(x)}; }
+inline Vec16 fma16(Vec16 a, Vec16 b, Vec16 c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
+inline float sum16(Vec16 a) { return _mm512_reduce_add_ps(a.v); }
+inline void store16(float* p, Vec16 a) { _mm512_storeu_ps(p, a.v); }
+#else
+struct Vec16 {
+  __m256 lo, hi;
+};
+inline Vec16 zero16() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+inline Vec16 load16(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+inline Vec16 load16(const at::Half* p) {
+  const auto* half = reinterpret_cast<const __m128i*>(p);
+  return {_mm256_cvtph_ps(_mm_loadu_si128(half)), _mm256_cvtph_ps(_mm_loadu_si128(half + 1))};
+}
+inline Vec16 broadcast16(float x) { return {_mm256_set1_ps(x), _mm256_set1_ps(x)}; }
+inline Vec16 fma16(Vec16 a, Vec16 b, Vec16 c) {
+  return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
+}
+// A fixed tree: the two halves, then the 128-bit halves, then pairs, then the last two lanes.
+inline float sum16(Vec16 a) {
+  const __m256 eight = _mm256_add_ps(a.lo, a.hi);
+  __m128 four = _mm_add_ps(_mm256_castps256_ps128(eight), _mm256_extractf128_ps(eight, 1));
+  four = _mm_add_ps(four, _mm_movehl_ps(four, four));
+  return _mm_cvtss_f32(_mm_add_ss(four, _mm_shuffle_ps(four, four, 1)));
+}
+inline void store16(float* p, Vec16 a) {
+  _mm256_storeu_ps(p, a.lo);
+  _mm256_storeu_ps(p + 8, a.hi);
+}
+#endif
 
 template <typename T>
 inline void prefetch_row(const T* row, int64_t d) {
@@ -134,16 +181,16 @@ void group_scores(const float* queries, const T* key_rows, int64_t key_stride, c
     // hardware prefetcher stops at each 4 KiB page: fetch keys a few pages ahead, and this column's value now.
     if (j + kAhead < length) prefetch_row(key_rows + (j + kAhead) * key_stride, d);
     prefetch_row(value_rows + j * value_stride, d);
-    __m512 acc[G];
+    Vec16 acc[G];
 #pragma GCC unroll 8
-    for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
+    for (int g = 0; g < G; ++g) acc[g] = zero16();
     for (int64_t c = 0; c < d; c += 16) {
-      const __m512 k = load16(key + c);
+      const Vec16 k = load16(key + c);
 #pragma GCC unroll 8
-      for (int g = 0; g < G; ++g) acc[g] = _mm512_fmadd_ps(_mm512_loadu_ps(queries + g * d + c), k, acc[g]);
+      for (int g = 0; g < G; ++g) acc[g] = fma16(load16(queries + g * d + c), k, acc[g]);
     }
 #pragma GCC unroll 8
-    for (int g = 0; g < G; ++g) scores[g * length + j] = _mm512_reduce_add_ps(acc[g]) * factor;
+    for (int g = 0; g < G; ++g) scores[g * length + j] = sum16(acc[g]) * factor;
   }
 }
 
@@ -152,16 +199,16 @@ template <int G, typename T>
 void group_values(const float* weights, const T* value_rows, int64_t value_stride, int64_t length, int64_t d,
                   float* out) {
   for (int64_t c = 0; c < d; c += 16) {
-    __m512 acc[G];
+    Vec16 acc[G];
 #pragma GCC unroll 8
-    for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
+    for (int g = 0; g < G; ++g) acc[g] = zero16();
     for (int64_t j = 0; j < length; ++j) {
-      const __m512 v = load16(value_rows + j * value_stride + c);
+      const Vec16 v = load16(value_rows + j * value_stride + c);
 #pragma GCC unroll 8
-      for (int g = 0; g < G; ++g) acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(weights[g * length + j]), v, acc[g]);
+      for (int g = 0; g < G; ++g) acc[g] = fma16(broadcast16(weights[g * length + j]), v, acc[g]);
     }
 #pragma GCC unroll 8
-    for (int g = 0; g < G; ++g) _mm512_storeu_ps(out + g * d + c, acc[g]);
+    for (int g = 0; g < G; ++g) store16(out + g * d + c, acc[g]);
   }
 }
 
@@ -194,7 +241,7 @@ void attend_rows(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& 
   float* op = out.data_ptr<float>();
   const float factor = static_cast<float>(scale);
   std::vector<float> scores;
-#if defined(__AVX512F__)
+#if VERILOOP_VECTOR_LOOPS
   const bool vectorized = d % 16 == 0 && group >= 1 && group <= 8;  // else the portable loops below
 #else
   const bool vectorized = false;
@@ -210,7 +257,7 @@ void attend_rows(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& 
       const T* value_rows = vp + slot * values.stride(0) + h * values.stride(1);
       float* o_group = op + (r * heads + h) * group * d;
       if (vectorized) {
-#if defined(__AVX512F__)
+#if VERILOOP_VECTOR_LOOPS
 #define VERILOOP_SCORES(G) \
   group_scores<G, T>(queries, key_rows, keys.stride(2), value_rows, values.stride(2), length, d, factor, scores.data())
         VERILOOP_GROUPS(VERILOOP_SCORES)
@@ -230,7 +277,7 @@ void attend_rows(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& 
         for (int64_t j = 0; j < length; ++j) s[j] *= inverse;
       }
       if (vectorized) {
-#if defined(__AVX512F__)
+#if VERILOOP_VECTOR_LOOPS
 #define VERILOOP_VALUES(G) group_values<G, T>(scores.data(), value_rows, values.stride(2), length, d, o_group)
         VERILOOP_GROUPS(VERILOOP_VALUES)
 #undef VERILOOP_VALUES
@@ -275,8 +322,12 @@ at::Tensor decode_attention(const at::Tensor& q_in, const at::Tensor& keys, cons
   return out;
 }
 
+// 16 (AVX-512), 8 (AVX2 with FMA and F16C: two registers per 16 lanes) or 0 (the portable loops only).
+int64_t vector_lanes() { return VERILOOP_VECTOR_LOOPS; }
+
 TORCH_LIBRARY(veriloop_cpu, m) {
   m.def("decode_attention(Tensor q, Tensor keys, Tensor values, Tensor slots, Tensor lengths, float scale) -> Tensor");
+  m.def("vector_lanes() -> int", &vector_lanes);
 }
 
 TORCH_LIBRARY_IMPL(veriloop_cpu, CPU, m) { m.impl("decode_attention", &decode_attention); }
@@ -295,6 +346,13 @@ def registered() -> bool:
 def load() -> bool:
     """Compile (once per machine) and register the kernel; False, logged once, where that cannot be done."""
     return OPS.load()
+
+
+def vector_lanes() -> int:
+    """The loops the built kernel has: 16 (AVX-512), 8 (AVX2), 0 (portable only, or not built)."""
+    if not registered():
+        return 0
+    return int(torch.ops.veriloop_cpu.vector_lanes())
 
 
 def decode_attention(

@@ -130,8 +130,18 @@ at::Tensor bf16_linear(const at::Tensor& x_in, const at::Tensor& packed, const a
 #endif
 }
 
+// Whether this build has the AVX512-BF16 loop (a build for a lesser CPU, `VERILOOP_CPU_KERNEL_FLAGS`, may not).
+bool has_bf16_loop() {
+#if defined(__AVX512BF16__)
+  return true;
+#else
+  return false;
+#endif
+}
+
 TORCH_LIBRARY(veriloop_bf16, m) {
   m.def("linear(Tensor x, Tensor packed, Tensor bias, int out_features) -> Tensor");
+  m.def("has_bf16_loop() -> bool", &has_bf16_loop);
 }
 
 TORCH_LIBRARY_IMPL(veriloop_bf16, CPU, m) { m.impl("linear", &bf16_linear); }
@@ -141,8 +151,9 @@ OPS = InlineOps("veriloop_cpu_bf16", "veriloop_bf16", "linear", _SOURCE, "the CP
 
 
 def available() -> bool:
-    """Whether this CPU has AVX512-BF16 and the kernel is built (compiled on the first call, once per machine)."""
-    return "avx512_bf16" in cpu_capabilities() and OPS.load()
+    """Whether this CPU has AVX512-BF16 and the kernel is built with its loop (compiled on the first call, once per
+    machine; flags for a lesser CPU in `VERILOOP_CPU_KERNEL_FLAGS` build it without)."""
+    return "avx512_bf16" in cpu_capabilities() and OPS.load() and bool(torch.ops.veriloop_bf16.has_bf16_loop())
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor:

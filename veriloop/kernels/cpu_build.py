@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import threading
 
 import torch
@@ -19,6 +20,14 @@ log = logging.getLogger(__name__)
 
 FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math")
 """No `-ffast-math`: a shared library built with it can set flush-to-zero for the whole process."""
+
+EXTRA_FLAGS_ENV = "VERILOOP_CPU_KERNEL_FLAGS"
+"""Compiler flags added after `FLAGS` (split on spaces), to build for a lesser CPU than this one: `-mno-avx512f`
+builds the AVX2 paths on an AVX-512 machine (how the tests and `bench/results` check them without an AVX2 box)."""
+
+
+def build_flags() -> list[str]:
+    return [*FLAGS, *os.environ.get(EXTRA_FLAGS_ENV, "").split()]
 
 
 def cpu_capabilities() -> list[str]:
@@ -44,7 +53,7 @@ class InlineOps:
         self._loaded: bool | None = None
 
     def build_name(self) -> str:
-        digest = hashlib.sha256("\n".join([self.source, *FLAGS, *cpu_capabilities()]).encode()).hexdigest()[:12]
+        digest = hashlib.sha256("\n".join([self.source, *build_flags(), *cpu_capabilities()]).encode()).hexdigest()[:12]
         return f"{self.name}_{digest}"
 
     def registered(self) -> bool:
@@ -69,7 +78,7 @@ class InlineOps:
 
             log.info("building %s (once per machine, about 40 s)", self.what)
             load_inline(  # type: ignore[no-untyped-call]
-                self.build_name(), cpp_sources=[self.source], extra_cflags=list(FLAGS), is_python_module=False
+                self.build_name(), cpp_sources=[self.source], extra_cflags=build_flags(), is_python_module=False
             )
             return self.registered()
         except Exception as error:  # no compiler, no headers, a failed build: PyTorch's kernels stay

@@ -632,8 +632,8 @@ KERNEL_NAMES: dict[type[FusedLinear], str] = {
 FLOAT32_PRODUCTS = "torch_float32 (MKL/oneDNN float32 weights)"
 
 CHOOSING_FLAGS = {"avx2": "avx2", "avx512f": "avx512_f", "avx512_bf16": "avx512_bf16", "amx_bf16": "amx_bf16"}
-"""The instruction sets that choose the kernels (/proc/cpuinfo's name: torch's name): AVX-512 for the attention
-loop's 16-lane path, AVX512-BF16 for veriloop's bf16 kernel, AVX512-BF16 or AMX for oneDNN's bf16 products."""
+"""The instruction sets that choose the kernels (/proc/cpuinfo's name: torch's name): AVX-512 or AVX2 for the
+attention loop's vector path, AVX512-BF16 for veriloop's bf16 kernel, AVX512-BF16 or AMX for oneDNN's bf16 products."""
 
 
 def cpu_flags() -> dict[str, bool]:
@@ -645,15 +645,19 @@ def cpu_flags() -> dict[str, bool]:
     return {flag: bool(capabilities.get(key, False)) for flag, key in CHOOSING_FLAGS.items()}
 
 
-def attention_kernel_name(enabled: bool, head_dim: int, group: int, flags: dict[str, bool]) -> str:
-    """Which attention a packed step runs: veriloop's C++ loop (its AVX-512 16-lane path where the CPU has AVX-512,
-    the head width is a multiple of 16 and a key head serves up to 8 queries, else its portable loop), or
-    PyTorch's SDPA where the kernel is off or did not build."""
+def attention_kernel_name(enabled: bool, head_dim: int, group: int, lanes: int) -> str:
+    """Which attention a packed step runs: veriloop's C++ loop (its vector path, as the kernel was built: `lanes`
+    16 for AVX-512, 8 for AVX2, where the head width is a multiple of 16 and a key head serves up to 8 queries, else
+    its portable loop), or PyTorch's SDPA where the kernel is off or did not build."""
     if not enabled:
         return "torch_sdpa"
-    if flags.get("avx512f") and head_dim % 16 == 0 and 1 <= group <= 8:
-        return "veriloop_cpu_attention (AVX-512, 16 lanes)"
+    if lanes and head_dim % 16 == 0 and 1 <= group <= 8:
+        return f"veriloop_cpu_attention ({VECTOR_PATHS.get(lanes, f'{lanes} lanes')})"
     return "veriloop_cpu_attention (portable C++ loop)"
+
+
+VECTOR_PATHS = {16: "AVX-512, 16 lanes", 8: "AVX2, 2 x 8 lanes"}
+"""How `attention_kernel_name` names the kernel's vector loops by their register width."""
 
 
 def products_name(decoder_weights: LinearWeights, fused: bool) -> str:
@@ -668,7 +672,9 @@ def kernels_used(decoder: PackedDecoder) -> dict[str, Any]:
     flags = cpu_flags()
     fused = decoder.fused_linears > 0
     return {
-        "attention": attention_kernel_name(decoder.attention_kernel, decoder.head_dim, decoder.group, flags),
+        "attention": attention_kernel_name(
+            decoder.attention_kernel, decoder.head_dim, decoder.group, cpu_attention.vector_lanes()
+        ),
         "decode_products": products_name(decoder.weights, fused),
         "prefill_products": products_name(decoder.prefill_weights, fused),
         "cpu_flags": flags,
