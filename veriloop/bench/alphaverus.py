@@ -47,7 +47,9 @@ def _log(message: str) -> None:
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="veriloop bench alphaverus", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="veriloop bench alphaverus", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--dafny-tasks", type=int, default=4, help="DafnyBench hints-removed programs (shortest).")
     parser.add_argument(
         "--scan", type=int, default=40, help="DafnyBench programs read (the first N) before the hints filter."

@@ -48,7 +48,11 @@ def _log(message: str) -> None:
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="veriloop bench alphaverus_pools", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="veriloop bench alphaverus_pools",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--tasks", type=int, default=16, help="Programs per half (train and held-out).")
     parser.add_argument("--scan", type=int, default=200, help="DafnyBench programs read before the hints filter.")
     parser.add_argument("--few-shot", type=int, default=3, help="Most solved-pool exemplars in one held-out prompt.")

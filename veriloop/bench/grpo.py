@@ -37,7 +37,9 @@ def _log(message: str) -> None:
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="veriloop bench grpo", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="veriloop bench grpo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--train-tasks", type=int, default=32, help="First humaneval-train problems GRPO trains on.")
     parser.add_argument("--eval-tasks", type=int, default=40, help="First humaneval-test problems (held out).")
     parser.add_argument("--samples", type=int, default=8, help="Held-out completions per prompt, before and after.")
