@@ -68,7 +68,7 @@ def test_unknown_backend_is_one_line_error(tmp_path: Path) -> None:
     result = run_cli("--backend", "nope", "serve", "--port", str(free_port()), home=tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "error: unknown backend 'nope'; choose one of: embedded, openai, scripted, vllm"
+        "error: unknown backend 'nope'; choose one of: embedded, llama_cpp, openai, scripted, vllm"
     ]
 
 
