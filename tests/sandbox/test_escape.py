@@ -200,6 +200,32 @@ async def test_only_the_in_sandbox_code_is_visible(sandbox: object) -> None:
 
 
 @pytest.mark.parametrize("sandbox", ISOLATED, indirect=True)
+async def test_a_job_cannot_plant_code_or_bytecode_in_the_runners_folder(sandbox: object) -> None:
+    """The judge's own files are the trust base of every verdict: a job that could replace harness_py.py, or plant a
+    newer cached bytecode beside it, would write the next job's verdicts. The folder is bound read-only."""
+    from veriloop.sandbox.base import INSIDE
+
+    before = {path: path.read_bytes() for path in INSIDE.rglob("*") if path.is_file()}
+    targets = [
+        "/opt/veriloop/harness_py.py",
+        "/opt/veriloop/runner.py",
+        "/opt/veriloop/__pycache__/harness_py.cpython-311.pyc",
+        "/opt/veriloop/__pycache__/planted.pyc",
+        "/opt/veriloop/sitecustomize.py",
+    ]
+    code = (
+        f"import os, sys\nwritten = []\nfor path in {targets!r}:\n    try:\n"
+        "        os.makedirs(os.path.dirname(path), exist_ok=True)\n"
+        "        open(path, 'wb').write(b'import sys; sys.exit(0)')\n        written.append(path)\n"
+        "    except OSError:\n        pass\nprint(written)\nsys.exit(3 if written else 0)\n"
+    )
+    result, _ = await run(sandbox, job(sandbox, code))
+    assert result.status is ExecStatus.PASSED, result  # type: ignore[attr-defined]
+    after = {path: path.read_bytes() for path in INSIDE.rglob("*") if path.is_file()}
+    assert after == before
+
+
+@pytest.mark.parametrize("sandbox", ISOLATED, indirect=True)
 async def test_host_environment_is_invisible(sandbox: object, monkeypatch: pytest.MonkeyPatch) -> None:
     token = f"secret-{random.getrandbits(48):x}"
     monkeypatch.setenv("VERILOOP_TEST_SECRET", token)

@@ -284,20 +284,9 @@ def start_llama_server(
 
 
 @contextlib.contextmanager
-def llama_server(
-    binary: Path,
-    gguf: Path,
-    *,
-    slots: int,
-    context: int,
-    threads: int,
-    log: Path,
-    ready_timeout_s: float = 300.0,
-) -> Iterator[LlamaServer]:
-    """`start_llama_server` until the block ends."""
-    server = start_llama_server(
-        binary, gguf, slots=slots, context=context, threads=threads, log=log, ready_timeout_s=ready_timeout_s
-    )
+def llama_server(binary: Path, gguf: Path, **options: Any) -> Iterator[LlamaServer]:
+    """`start_llama_server(binary, gguf, **options)` until the block ends."""
+    server = start_llama_server(binary, gguf, **options)
     try:
         yield server
     finally:
