@@ -65,6 +65,14 @@ def _logps(model: Any, items: Sequence[Encoded], pad_id: int) -> tuple[torch.Ten
     return token_logps.sum(dim=-1), token_mask.sum(dim=-1).clamp(min=1)
 
 
+def step_batches(count: int, steps: int, batch_size: int, seed: int) -> list[list[int]]:
+    """The rows each step trains on: one seeded shuffle of the rows, walked in order and wrapped around."""
+    order = list(range(count))
+    random.Random(seed).shuffle(order)
+    size = min(batch_size, count)
+    return [[order[(step * size + offset) % count] for offset in range(size)] for step in range(steps)]
+
+
 def train_sft_dpo(spec: TrainSpec, settings: Settings, progress: Progress | None = None) -> TrainResult:
     """One ReVISE stage on {prompt, prefix, chosen, rejected} rows; registers the merged checkpoint."""
     options = ReviseStageConfig.of(spec)
@@ -89,24 +97,23 @@ def train_sft_dpo(spec: TrainSpec, settings: Settings, progress: Progress | None
         for row in rows
     ]
     pad = int(tokenizer.pad_token_id)
+    batches = step_batches(len(rows), spec.steps, spec.batch_size, spec.seed)
+    # The reference pass costs a forward per row: only the rows the steps will visit need one.
+    visited = sorted({index for batch in batches for index in batch})
     model.eval()
     with torch.no_grad():
-        reference = torch.cat(
-            [
-                _logps(model, [item for pair in encoded[start : start + spec.batch_size] for item in pair], pad)[0]
-                for start in range(0, len(encoded), spec.batch_size)
-            ]
+        chunks = [visited[start : start + spec.batch_size] for start in range(0, len(visited), spec.batch_size)]
+        sums = torch.cat(
+            [_logps(model, [item for index in chunk for item in encoded[index]], pad)[0] for chunk in chunks]
         ).view(-1, 2)
+    reference = dict(zip(visited, sums, strict=True))
     model = with_lora(model, spec, "CAUSAL_LM", token_ids=[int(vocab[token]) for token in names])
-    order = list(range(len(rows)))
-    random.Random(spec.seed).shuffle(order)
 
     def step_loss(step: int) -> tuple[torch.Tensor, dict[str, float]]:
-        start = (step * spec.batch_size) % len(order)
-        batch = [order[(start + offset) % len(order)] for offset in range(min(spec.batch_size, len(order)))]
+        batch = batches[step]
         sums, counts = _logps(model, [item for index in batch for item in encoded[index]], pad)
         sums, counts = sums.view(-1, 2), counts.view(-1, 2)
-        ref = reference[batch]
+        ref = torch.stack([reference[index] for index in batch])
         sft = -(sums[:, 0] / counts[:, 0]).mean()
         dpo = losses.dpo_loss(sums[:, 0], sums[:, 1], ref[:, 0], ref[:, 1], beta=beta).mean()
         margin = losses.preference_margin(sums[:, 0], sums[:, 1], ref[:, 0], ref[:, 1]).detach()
