@@ -38,6 +38,7 @@ from veriloop.training.common import (
     with_lora,
 )
 from veriloop.training.configs import ReviseStageConfig
+from veriloop.training.fused_loss import labelled_token_logps
 
 COLUMNS = ("prompt", "prefix", "chosen", "rejected")
 
@@ -60,8 +61,7 @@ def encode_continuation(tokenizer: Any, prompt: Any, prefix: str, completion: st
 def _logps(model: Any, items: Sequence[Encoded], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(sum of log-probs, number of tokens) of each item's trained part."""
     ids, mask, labels = pad_batch(items, pad_id)
-    logits = model(input_ids=ids, attention_mask=mask).logits
-    token_logps, token_mask = losses.token_logps(logits, labels)
+    token_logps, token_mask = labelled_token_logps(model, {"input_ids": ids, "attention_mask": mask, "labels": labels})
     return token_logps.sum(dim=-1), token_mask.sum(dim=-1).clamp(min=1)
 
 
