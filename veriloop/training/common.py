@@ -133,9 +133,26 @@ def with_lora(
         lora_dropout=0.0,
         task_type=task_type,
         modules_to_save=[head] if head else None,
-        trainable_token_indices=list(token_ids) or None,
+        trainable_token_indices=token_rows(model, token_ids),
     )
     return get_peft_model(model, config)
+
+
+def token_rows(model: Any, token_ids: Sequence[int]) -> dict[str, list[int]] | None:
+    """Where `token_ids` train: their input embedding rows and, when the head is not tied to them, their head rows.
+
+    PEFT's list form adapts only the input embedding; on an untied model (Qwen2.5-Coder-0.5B as converted here)
+    a new token's output row would stay at its initial copy, so `[eos]`, started from the end-of-turn token, could
+    never rise above half of their shared probability.
+    """
+    if not token_ids:
+        return None
+    names = {module: name for name, module in model.named_modules()}
+    embedding, head = model.get_input_embeddings(), model.get_output_embeddings()
+    rows = {names[embedding]: list(token_ids)}
+    if head is not None and head.weight is not embedding.weight:
+        rows[names[head]] = list(token_ids)
+    return rows
 
 
 def plain_model(model: Any) -> Any:
