@@ -67,3 +67,22 @@ def test_a_copied_token_learns_to_win_over_its_original(tied: bool, tmp_path: Pa
         assert COPY in changed
     else:
         assert changed == [COPY], "only the new token's head row may move (LoRA never targets the head)"
+
+
+def test_a_loop_state_saved_for_other_trainable_weights_is_not_resumed(tmp_path: Path) -> None:
+    """A rerun into the same folder after the trainable set changed (here: the head rows joined) starts again."""
+    from veriloop.training.common import run_loop
+
+    ids = torch.randint(0, 60, (2, 6))
+    spec = TrainSpec(method="test", data=tmp_path, out=tmp_path, lora=True, lora_rank=4, steps=2, save_every=1)
+
+    def train(model: Qwen2ForCausalLM, token_ids: list[int]) -> int:
+        adapted = with_lora(model, spec, "CAUSAL_LM", token_ids=token_ids)
+        return run_loop(
+            adapted, spec, lambda _: (adapted(input_ids=ids, labels=ids).loss, {}), learning_rate=1e-3
+        ).resumed_from
+
+    assert train(tiny_model(tied=False), []) == 0
+    assert (tmp_path / "loop_state.pt").is_file()
+    assert train(tiny_model(tied=False), []) == 2  # the same layout resumes (here: already finished)
+    assert train(tiny_model(tied=False), [COPY]) == 0  # new trainable rows: a fresh start, not a crash

@@ -281,6 +281,11 @@ def trainable_state(model: Any) -> dict[str, torch.Tensor]:
     return {name: param.detach().clone() for name, param in model.named_parameters() if param.requires_grad}
 
 
+def _layout(weights: dict[str, torch.Tensor]) -> dict[str, tuple[int, ...]]:
+    """Names and shapes of trainable weights: a saved loop resumes only into the same layout."""
+    return {name: tuple(tensor.shape) for name, tensor in weights.items()}
+
+
 def run_loop(
     model: Any,
     spec: TrainSpec,
@@ -292,14 +297,23 @@ def run_loop(
     """AdamW for `spec.steps` steps; `step_loss(step)` builds that step's batch and returns (loss, metrics).
 
     Every `save_every` steps the trainable weights, the optimiser and the step go to
-    `out/loop_state.pt`, and a rerun with the same `out` resumes from there.
+    `out/loop_state.pt`, and a rerun with the same `out` resumes from there, unless the file was saved for other
+    trainable weights: then it starts again (silently loading it with `strict=False` would mix two models).
     """
     params = [param for param in model.parameters() if param.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=learning_rate, eps=1e-5)
     state = LoopState()
     state_file = spec.out / "loop_state.pt"
-    if state_file.is_file():
-        saved = torch.load(state_file, weights_only=False)
+    saved = torch.load(state_file, weights_only=False) if state_file.is_file() else None
+    trainable = {name: param for name, param in model.named_parameters() if param.requires_grad}
+    if saved is not None and _layout(saved["weights"]) != _layout(trainable):
+        log.warning(
+            "%s: %s was saved for other trainable weights (another code version or options); training from step 0",
+            spec.method,
+            state_file,
+        )
+        saved = None
+    if saved is not None:
         model.load_state_dict(saved["weights"], strict=False)
         optimizer.load_state_dict(saved["optimizer"])
         state = LoopState(step=int(saved["step"]), losses=list(saved["losses"]), resumed_from=int(saved["step"]))
