@@ -49,6 +49,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--max-batch-size", type=int, default=16, help="Rows decoded together.")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--train-threads",
+        type=int,
+        default=1,
+        help="Torch threads while the curriculum trains (sampling and evaluation keep 1 beside the sandbox).",
+    )
+    parser.add_argument(
         "--eval-stage1",
         action="store_true",
         help="Also evaluate M1 (after stage 1, verification only): how often it refines, and whether that helps.",
@@ -264,8 +270,14 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
             seed=args.seed,
         )
         tick = time.perf_counter()
-        curriculum = run_curriculum(settings, store, [runs["train"].id], tasks, spec, stderr_progress)
+        torch.set_num_threads(args.train_threads)
+        try:
+            curriculum = run_curriculum(settings, store, [runs["train"].id], tasks, spec, stderr_progress)
+        finally:
+            torch.set_num_threads(1)
         seconds["curriculum"] = time.perf_counter() - tick
+        stage1 = curriculum["stage1"]["path"]
+        _say(f"curriculum: {round(seconds['curriculum'])} s, M1 {stage1}, M2 {curriculum['model']}")
         stages = [("after", curriculum["model"], "M2")]
         if args.eval_stage1:
             stages.insert(0, ("after_stage1", curriculum["stage1"]["path"], "M1"))
