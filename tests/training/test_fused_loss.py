@@ -178,3 +178,36 @@ def test_labelled_token_logps_equal_the_full_logits_with_gradients(adapted: bool
         torch.testing.assert_close(model.get_parameter(name).grad, grad, atol=2e-4, rtol=1e-4, msg=name)
     with torch.no_grad():
         torch.testing.assert_close(labelled_token_logps(model, inputs)[0], naive.detach(), atol=1e-5, rtol=1e-5)
+
+
+def test_labels_among_choices_are_scored_against_the_choices_only() -> None:
+    """ReVISE's decisions are read as the likelier of [eos]/[refine]: a label that is one of `choices` gets its
+    log-prob among them (a two-way softmax of their logits), every other label keeps the full vocabulary, and the
+    gradient of a choice reaches no other token's head row."""
+    from veriloop.training.fused_loss import labelled_token_logps
+
+    model: Any
+    model, _ = tiny_causal_lm(seed=0)
+    inputs = batch()
+    inputs["labels"][0, 12] = 5
+    inputs["labels"][1, 6] = 7
+    logits = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits.detach()
+    naive, mask = losses.token_logps(logits, inputs["labels"])
+    got, got_mask = labelled_token_logps(model, inputs, chunk_tokens=3, choices=[7, 5])
+    assert torch.equal(got_mask, mask)
+    two_way = torch.log_softmax(logits[:, :, [5, 7]].float(), dim=-1)
+    torch.testing.assert_close(got[0, 11], two_way[0, 11, 0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got[1, 5], two_way[1, 5, 1], atol=1e-5, rtol=1e-5)
+    assert float(got[0, 11].detach()) > float(naive[0, 11])  # likelier among two than among all
+    others = mask.clone()
+    others[0, 11] = others[1, 5] = False
+    torch.testing.assert_close(got[others], naive[others], atol=1e-5, rtol=1e-5)
+
+    model.zero_grad()
+    only_choices = torch.zeros_like(got)
+    only_choices[0, 11] = only_choices[1, 5] = 1.0
+    (got * only_choices).sum().backward()
+    head = model.get_output_embeddings().weight.grad
+    assert head is not None and float(head[[5, 7]].abs().sum()) > 0
+    untouched = [row for row in range(head.shape[0]) if row not in (5, 7)]
+    assert float(head[untouched].abs().max()) == 0.0

@@ -107,7 +107,7 @@ def run_metrics(store: Any, run_id: str, task_ids: Sequence[str]) -> dict[str, A
             if decision is None:
                 continue
             ok = bool(attempt.exec_result and attempt.exec_result.passed)
-            (right_conf if ok else wrong_conf).append(float(decision.metadata["p_eos"]))
+            (right_conf if ok else wrong_conf).append(float(decision.score or 0.0))
             if decision.metadata["decision"] == REFINE_TOKEN:
                 refined += 1
                 child = by_parent.get(decision.id)
@@ -126,8 +126,8 @@ def run_metrics(store: Any, run_id: str, task_ids: Sequence[str]) -> dict[str, A
         "first_attempts_right": len(right_conf),
         "first_attempts_wrong": len(wrong_conf),
         "verification_auroc": auroc(right_conf, wrong_conf),
-        "mean_p_eos_right": sum(right_conf) / len(right_conf) if right_conf else None,
-        "mean_p_eos_wrong": sum(wrong_conf) / len(wrong_conf) if wrong_conf else None,
+        "mean_confidence_right": sum(right_conf) / len(right_conf) if right_conf else None,
+        "mean_confidence_wrong": sum(wrong_conf) / len(wrong_conf) if wrong_conf else None,
         "refined_share": refined / trajectories if trajectories else 0.0,
         "refinements_fixed": fixed,
         "refinements_broke": broken,

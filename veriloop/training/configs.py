@@ -174,6 +174,11 @@ class ReviseStageConfig(TrainerConfig):
     beta: float = Field(0.1, gt=0.0, description="Preference temperature of the DPO term.")
     dpo_weight: float = Field(0.1, ge=0.0, description="lambda: weight of the DPO term beside the SFT loss.")
     train_tokens: list[str] = Field(default_factory=list, description="Special tokens whose embeddings also train.")
+    decision_tokens: list[str] = Field(
+        default_factory=list,
+        description="Tokens read as a choice among themselves, never generated ([eos]/[refine]): where one is "
+        "a label, its log-prob is taken among them only, so training never lifts them into generated text.",
+    )
     run_id: str | None = Field(None, description="The run whose trajectories made the rows (recorded).")
 
     def trainer(self) -> Trainer:

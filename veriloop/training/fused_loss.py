@@ -9,7 +9,7 @@ never exist in full. The result equals `losses.label_smoothed_cross_entropy` on 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -69,15 +69,25 @@ def fused_sequence_logps(model: Any, inputs: Mapping[str, Any]) -> torch.Tensor:
     return -(per_token * (shifted != IGNORE_INDEX)).sum(dim=-1)
 
 
-def _label_logps(head: Any, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def _label_logps(head: Any, hidden: torch.Tensor, targets: torch.Tensor, choices: torch.Tensor) -> torch.Tensor:
     logits = head(hidden).float()
-    return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    logps = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    if choices.numel() == 0:
+        return logps
+    is_choice = targets.unsqueeze(-1) == choices
+    among = torch.log_softmax(logits[:, choices], dim=-1)
+    picked = (among * is_choice).sum(dim=-1)
+    return torch.where(is_choice.any(dim=-1), picked, logps)
 
 
 def labelled_token_logps(
-    model: Any, inputs: Mapping[str, Any], *, chunk_tokens: int = 256
+    model: Any, inputs: Mapping[str, Any], *, chunk_tokens: int = 256, choices: Sequence[int] = ()
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token log pi(label | prefix) and the trained mask, equal to `losses.token_logps` on the full logits.
+
+    A label among `choices` (tokens that are read as a choice between themselves, never generated, such as
+    ReVISE's [eos]/[refine]) gets its log-prob among `choices` only: training it then moves the choices
+    against each other and never lifts them above the vocabulary, where they would leak into generated text.
 
     The output head runs only where a label is trained, `chunk_tokens` positions at a time and recomputed in the
     backward pass, so the (batch x length x vocabulary) logits and their gradient never exist: on a 152k-token
@@ -93,9 +103,10 @@ def labelled_token_logps(
     shifted = inputs["labels"][:, 1:]
     mask = shifted != IGNORE_INDEX
     picked, targets = hidden[mask], shifted[mask]
+    among = torch.tensor(sorted(set(choices)), dtype=torch.long, device=hidden.device)
     pieces = []
     for start in range(0, targets.numel(), chunk_tokens):
-        part = (head, picked[start : start + chunk_tokens], targets[start : start + chunk_tokens])
+        part = (head, picked[start : start + chunk_tokens], targets[start : start + chunk_tokens], among)
         if torch.is_grad_enabled():
             pieces.append(checkpoint(_label_logps, *part, use_reentrant=False))
         else:

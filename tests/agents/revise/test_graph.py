@@ -11,7 +11,7 @@ import pytest
 from veriloop.agents.base import make_agent
 from veriloop.agents.context import AgentContext
 from veriloop.agents.revise import ReviseAgent, ReviseOptions
-from veriloop.agents.revise.graph import select_index, vote
+from veriloop.agents.revise.graph import decision_confidence, select_index, vote
 from veriloop.agents.revise.prompts import EOS_TOKEN, REFINE_TOKEN, attempt_segment, normalize_code
 from veriloop.agents.revise.state import Trajectory
 from veriloop.config import Settings, load_settings
@@ -206,3 +206,22 @@ def test_options_come_from_the_registry() -> None:
     assert isinstance(agent, ReviseAgent) and agent.options.samples == 3
     with pytest.raises(ConfigError):
         make_agent("revise", {"sample": 3})
+
+
+@pytest.mark.bwrap
+async def test_confidence_is_p_eos_among_the_two_decisions(settings: Settings, task: Task, env: Env) -> None:
+    """A model trained on the decisions against each other puts little of the vocabulary's mass on either; the
+    stored confidence (and the vote's weight) is p([eos]) / (p([eos]) + p([refine])), the raw pair is kept."""
+
+    def small(prompt: str, tokens: Sequence[str]) -> Mapping[str, float]:
+        return {EOS_TOKEN: math.log(3e-6), REFINE_TOKEN: math.log(1e-6)}
+
+    backend = ScriptedScoringBackend([RIGHT], scorer=small)
+    options = ReviseOptions(samples=1, max_refinements=1, checkpoint=False)
+    assert (await ReviseAgent(options).solve(task, context(settings, env, backend))).status == "passed"
+    store, run, _ = env
+    [decision] = [node for node in store.get_tree(run.id, task.id) if node.role == "verify"]
+    assert decision.metadata["decision"] == EOS_TOKEN
+    assert decision.score == pytest.approx(0.75) and decision.metadata["confidence"] == pytest.approx(0.75)
+    assert decision.metadata["p_eos"] == pytest.approx(3e-6) and decision.metadata["p_refine"] == pytest.approx(1e-6)
+    assert decision_confidence(0.0, 0.0) == 0.5

@@ -92,7 +92,7 @@ def test_a_stage_trains_the_decision_and_registers_the_checkpoint(tmp_path: Path
         lora_rank=4,
         steps=3,
         batch_size=2,
-        learning_rate=1e-2,
+        learning_rate=1e-3,
         save_every=3,
         options={"train_tokens": list(DECISION_TOKENS)},
     )
@@ -108,3 +108,58 @@ def test_a_stage_trains_the_decision_and_registers_the_checkpoint(tmp_path: Path
     assert not torch.equal(trained.get_input_embeddings().weight[eos_id], start.get_input_embeddings().weight[eos_id])
     with TrajectoryStore.from_settings(settings) as store:
         assert store.get_model(result.model_id).method == "revise-stage1"
+
+
+def decision_mass(model: Any, tokenizer: Any, prefix: str) -> tuple[float, float]:
+    """(p([eos]) + p([refine]) over the vocabulary, p([eos]) among the two) as the next token after `prefix`."""
+    text = tokenizer.apply_chat_template([{"role": "user", "content": "q"}], add_generation_prompt=True, tokenize=False)
+    ids = tokenizer(text + prefix, add_special_tokens=False, return_tensors="pt").input_ids
+    with torch.no_grad():
+        logps = torch.log_softmax(model(input_ids=ids).logits[0, -1].float(), dim=-1)
+    eos, refine = (tokenizer.convert_tokens_to_ids(token) for token in (EOS_TOKEN, REFINE_TOKEN))
+    p_eos, p_refine = float(logps[eos].exp()), float(logps[refine].exp())
+    return p_eos + p_refine, p_eos / (p_eos + p_refine)
+
+
+def test_decisions_trained_among_themselves_learn_the_choice_without_a_loss_on_lifting_them(tmp_path: Path) -> None:
+    """Stage-1 rows trained with `decision_tokens` learn [eos] against [refine] (the decision as the agent reads
+    it) from a loss about the choice alone; over the full vocabulary the loss starts many nats up and is lowered
+    by lifting both tokens everywhere, which is how a real model came to write them (and their source words)
+    into its code (`test_fused_loss`: a choice's gradient reaches no other head row)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    settings = tiny_home(tmp_path)
+    folder, _ = prepare_model(settings, DECISION_TOKENS)
+    question = [{"role": "user", "content": "q"}]
+    rows: list[dict[str, Any]] = [
+        {"prompt": question, "prefix": "right", "chosen": EOS_TOKEN, "rejected": REFINE_TOKEN},
+        {"prompt": question, "prefix": "wrong", "chosen": REFINE_TOKEN, "rejected": EOS_TOKEN},
+    ]
+    data = write_rows(rows, tmp_path / "rows.jsonl", "jsonl")
+    tokenizer: Any = AutoTokenizer.from_pretrained(folder)
+    start: Any = AutoModelForCausalLM.from_pretrained(folder)
+    mass_before = max(decision_mass(start, tokenizer, prefix)[0] for prefix in ("right", "wrong"))
+    trained: dict[str, Any] = {}
+    first: dict[str, float] = {}
+    for label, decisions in (("among", list(DECISION_TOKENS)), ("vocabulary", [])):
+        spec = TrainSpec(
+            method="revise-stage1",
+            data=data,
+            out=tmp_path / label,
+            model=str(folder),
+            lora=True,
+            lora_rank=4,
+            steps=6,
+            batch_size=2,
+            learning_rate=1e-3,
+            save_every=6,
+            options={"train_tokens": list(DECISION_TOKENS), "decision_tokens": decisions},
+        )
+        result = train_sft_dpo(spec, settings)
+        first[label] = result.metrics["loss_first"]
+        trained[label] = AutoModelForCausalLM.from_pretrained(result.path)
+    among = {prefix: decision_mass(trained["among"], tokenizer, prefix)[1] for prefix in ("right", "wrong")}
+    assert among["right"] > 0.5 > among["wrong"]  # the choice is learned, as the agent reads it
+    assert mass_before < 1e-3  # new tokens start far below the vocabulary's likely tokens ...
+    assert first["vocabulary"] > 5.0  # ... so over the vocabulary the loss demands lifting them by many nats
+    assert first["among"] < 2.0  # among themselves it is about the choice alone (log 2 at a tie)

@@ -177,6 +177,7 @@ def train_stage(
             "beta": spec.beta,
             "dpo_weight": spec.dpo_weight,
             "train_tokens": list(DECISION_TOKENS),
+            "decision_tokens": list(DECISION_TOKENS),
             **spec.options,
         },
     )

@@ -1,8 +1,9 @@
 """ReVISE (Lee et al., ICML 2025): refine via intrinsic self-verification, as a LangGraph graph.
 
     answer  -> K attempts y_k ~ M(. | x)                            (each tested and stored as a node)
-    verify  -> for each open trajectory: c_k = p([eos] | x, y..), p([refine] | x, y..);
-               the model's decision is the likelier of the two         (stored as a `verify` node)
+    verify  -> for each open trajectory: p([eos] | x, y..), p([refine] | x, y..);
+               the model's decision is the likelier of the two, its confidence
+               c_k = p([eos]) / (p([eos]) + p([refine]))                   (stored as a `verify` node)
     any trajectory chose [refine] (and has refinements left)? -> refine -> verify
     refine  -> y' ~ M(. | x, y.., [refine])                           (stored under its decision)
     select  -> confidence-aware decoding: argmax_a sum_{k: ans(y_k) = a} c_k over the final answers
@@ -154,6 +155,14 @@ async def answer(state: ReviseState, runtime: Runtime[Deps]) -> dict[str, Any]:
     return {"trajectories": _dump(trajectories)}
 
 
+def decision_confidence(p_eos: float, p_refine: float) -> float:
+    """p([eos]) among the two decisions: the paper's c = p([eos]) for a model that puts its mass on the decision
+    tokens there, and still comparable across attempts when training moved the decisions only against each other
+    (`decision_tokens` in the curriculum), so their share of the whole vocabulary stays small."""
+    total = p_eos + p_refine
+    return p_eos / total if total > 0 else 0.5
+
+
 async def verify(state: ReviseState, runtime: Runtime[Deps]) -> dict[str, Any]:
     """The decision after each open trajectory's latest attempt: p([eos]) against p([refine]), read as next-token
     probabilities rather than generated, so no decision can fail to parse (and `structured` leaves it alone)."""
@@ -166,6 +175,7 @@ async def verify(state: ReviseState, runtime: Runtime[Deps]) -> dict[str, Any]:
     scores = await backend.next_token_logprobs(texts, [prompts.EOS_TOKEN, prompts.REFINE_TOKEN])
     for trajectory, logps in zip(open_, scores, strict=True):
         p_eos, p_refine = math.exp(logps[prompts.EOS_TOKEN]), math.exp(logps[prompts.REFINE_TOKEN])
+        confidence = decision_confidence(p_eos, p_refine)
         wants_refine = p_refine > p_eos
         capped = wants_refine and trajectory.rounds > options.max_refinements
         decision = prompts.REFINE_TOKEN if wants_refine and not capped else prompts.EOS_TOKEN
@@ -177,12 +187,13 @@ async def verify(state: ReviseState, runtime: Runtime[Deps]) -> dict[str, Any]:
                 parent_id=trajectory.attempt_ids[-1],
                 depth=2 * trajectory.rounds - 1,
                 role="verify",
-                score=p_eos,
+                score=confidence,
                 metadata={
                     "trajectory": trajectory.index,
                     STEP_KEY: trajectory.rounds - 1,
                     "p_eos": p_eos,
                     "p_refine": p_refine,
+                    "confidence": confidence,
                     "decision": decision,
                     "capped": capped,
                     "attempt_passed": trajectory.passed[-1],
@@ -192,7 +203,7 @@ async def verify(state: ReviseState, runtime: Runtime[Deps]) -> dict[str, Any]:
         trajectory.verify_ids.append(node.id)
         trajectory.transcript += trajectory.pending + decision
         trajectory.pending = ""
-        trajectory.confidences.append(p_eos)
+        trajectory.confidences.append(confidence)
         trajectory.decisions.append(decision)
         trajectory.done = decision == prompts.EOS_TOKEN
     return {"trajectories": _dump(trajectories)}

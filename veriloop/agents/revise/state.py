@@ -56,7 +56,7 @@ class Trajectory(BaseModel):
     verify_ids: list[str] = Field(default_factory=list, description="Stored decision nodes, in order.")
     codes: list[str] = Field(default_factory=list)
     passed: list[bool] = Field(default_factory=list, description="Tests' verdict on each attempt (never shown).")
-    confidences: list[float] = Field(default_factory=list, description="p([eos]) after each attempt.")
+    confidences: list[float] = Field(default_factory=list, description="p([eos]) among both decisions, per attempt.")
     decisions: list[str] = Field(default_factory=list, description="[eos] or [refine] after each attempt.")
     pending: str = Field("", description="Text of the attempt awaiting its decision.")
     done: bool = False
