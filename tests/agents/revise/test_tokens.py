@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,25 @@ from veriloop.training.special_tokens import add_special_tokens, has_tokens, pre
 def tiny_home(tmp_path: Path) -> Settings:
     folder = tiny_model_folder(tmp_path / "tiny")
     return load_settings(paths={"home": tmp_path / "home"}, llm={"model": str(folder)})
+
+
+def stage_spec(
+    data: Path, out: Path, folder: Path, *, steps: int, learning_rate: float, decision_tokens: Sequence[str] = ()
+) -> TrainSpec:
+    """A small LoRA stage on a tiny model whose decision tokens' rows train."""
+    return TrainSpec(
+        method="revise-stage1",
+        data=data,
+        out=out,
+        model=str(folder),
+        lora=True,
+        lora_rank=4,
+        steps=steps,
+        batch_size=2,
+        learning_rate=learning_rate,
+        save_every=steps,
+        options={"train_tokens": list(DECISION_TOKENS), "decision_tokens": list(decision_tokens)},
+    )
 
 
 def test_tokens_are_added_and_the_embedding_resized() -> None:
@@ -83,19 +103,7 @@ def test_a_stage_trains_the_decision_and_registers_the_checkpoint(tmp_path: Path
         {"prompt": question, "prefix": "wrong", "chosen": REFINE_TOKEN + "ok" + EOS_TOKEN, "rejected": EOS_TOKEN},
     ]
     data = write_rows(rows, tmp_path / "rows.jsonl", "jsonl")
-    spec = TrainSpec(
-        method="revise-stage1",
-        data=data,
-        out=tmp_path / "out",
-        model=str(folder),
-        lora=True,
-        lora_rank=4,
-        steps=3,
-        batch_size=2,
-        learning_rate=1e-3,
-        save_every=3,
-        options={"train_tokens": list(DECISION_TOKENS)},
-    )
+    spec = stage_spec(data, tmp_path / "out", folder, steps=3, learning_rate=1e-2)
     result = train_sft_dpo(spec, settings)
     assert result.model_id is not None and result.steps == 3
     assert result.metrics["loss_last"] < result.metrics["loss_first"]
@@ -142,19 +150,7 @@ def test_decisions_trained_among_themselves_learn_the_choice_without_a_loss_on_l
     trained: dict[str, Any] = {}
     first: dict[str, float] = {}
     for label, decisions in (("among", list(DECISION_TOKENS)), ("vocabulary", [])):
-        spec = TrainSpec(
-            method="revise-stage1",
-            data=data,
-            out=tmp_path / label,
-            model=str(folder),
-            lora=True,
-            lora_rank=4,
-            steps=6,
-            batch_size=2,
-            learning_rate=1e-3,
-            save_every=6,
-            options={"train_tokens": list(DECISION_TOKENS), "decision_tokens": decisions},
-        )
+        spec = stage_spec(data, tmp_path / label, folder, steps=6, learning_rate=1e-3, decision_tokens=decisions)
         result = train_sft_dpo(spec, settings)
         first[label] = result.metrics["loss_first"]
         trained[label] = AutoModelForCausalLM.from_pretrained(result.path)
