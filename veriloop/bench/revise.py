@@ -55,6 +55,17 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="Torch threads while the curriculum trains (sampling and evaluation keep 1 beside the sandbox).",
     )
     parser.add_argument(
+        "--train-run",
+        metavar="RUN_ID",
+        help="Train on this stored, finished M0 run of the training slice instead of sampling it again "
+        "(same tasks and options required): a curriculum that failed is retried without resampling.",
+    )
+    parser.add_argument(
+        "--before-run",
+        metavar="RUN_ID",
+        help="Take M0's evaluation from this stored, finished run of the evaluation slice (same tasks and options).",
+    )
+    parser.add_argument(
         "--eval-stage1",
         action="store_true",
         help="Also evaluate M1 (after stage 1, verification only): how often it refines, and whether that helps.",
@@ -150,6 +161,29 @@ def paired(before: dict[str, Any], after: dict[str, Any], task_ids: Sequence[str
     }
 
 
+def stored_run(store: Any, run_id: str, model: str, task_ids: Sequence[str], options: dict[str, Any]) -> Any:
+    """A finished stored run that answers exactly what this bench would have run: same model, tasks and options."""
+    from veriloop.agents.base import make_agent
+    from veriloop.errors import ConfigError
+
+    run = store.get_run(run_id)
+    wanted = make_agent("revise", options).options.model_dump(mode="json")
+    problems = [
+        f"{what} {have!r}, not {want!r}"
+        for what, have, want in (
+            ("agent", run.agent, "revise"),
+            ("status", str(run.status), "finished"),
+            ("model", run.model, model),
+            ("task ids", run.settings.get("task_ids"), list(task_ids)),
+            ("options", run.settings.get("options"), wanted),
+        )
+        if have != want
+    ]
+    if problems:
+        raise ConfigError(f"run {run_id} cannot stand in for this bench's run: " + "; ".join(problems))
+    return run
+
+
 async def _execute(settings: Settings, store: Any, run_id: str, backend: Any) -> float:
     from veriloop.agents.runner import execute_run
 
@@ -241,22 +275,24 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
         }
         return {"reply_shapes": shapes, "config": config, "seconds": round(time.perf_counter() - started, 1)}
     with TrajectoryStore.from_settings(settings) as store:
+        given = {"train": (args.train_run, train_ids), "before": (args.before_run, eval_ids)}
         runs = {
-            "train": create_run(
-                store, m0_settings, agent="revise", suite="humaneval", options=options, task_ids=train_ids
-            ),
-            "before": create_run(
-                store, m0_settings, agent="revise", suite="humaneval", options=options, task_ids=eval_ids
-            ),
+            name: stored_run(store, run_id, str(m0), ids, options)
+            if run_id
+            else create_run(store, m0_settings, agent="revise", suite="humaneval", options=options, task_ids=ids)
+            for name, (run_id, ids) in given.items()
         }
-        backend = EmbeddedBackend.from_settings(m0_settings)
+        fresh = [name for name, (run_id, _) in given.items() if not run_id]
+        sampler = EmbeddedBackend.from_settings(m0_settings) if fresh else None
         try:
-            _say(f"sampling {len(train_ids)} training tasks x {args.samples} with M0 ({m0})")
-            seconds["sample_train"] = asyncio.run(_execute(m0_settings, store, runs["train"].id, backend))
-            _say(f"evaluating M0 on {len(eval_ids)} tasks")
-            seconds["eval_before"] = asyncio.run(_execute(m0_settings, store, runs["before"].id, backend))
+            for name in fresh:
+                what = f"sampling {len(train_ids)} training tasks x {args.samples}" if name == "train" else "evaluating"
+                _say(f"{what} with M0 ({m0}), run {runs[name].id}")
+                key = "sample_train" if name == "train" else "eval_before"
+                seconds[key] = asyncio.run(_execute(m0_settings, store, runs[name].id, sampler))
         finally:
-            backend.close()
+            if sampler is not None:
+                sampler.close()
         before = run_metrics(store, runs["before"].id, eval_ids)
         _say(f"before: {before}")
         tasks = {task.id: task for task in suite.tasks if task.id in set(train_ids)}

@@ -59,3 +59,31 @@ def test_before_and_after_are_compared_task_by_task() -> None:
     assert result["mcnemar_p"] == 1.0  # 3 against 2 discordant tasks: no evidence either way
     low, high = result["paired_bootstrap_95"]
     assert low < 0 < result["difference"] < high
+
+
+def test_a_stored_run_stands_in_only_for_the_same_model_tasks_and_options(tmp_path: Path) -> None:
+    """`--train-run`/`--before-run` reuse stored M0 runs; a run of other tasks, options or model, or one that did
+    not finish, is refused with every difference named, so a bench never mixes two configurations."""
+    from veriloop.agents.runner import create_run
+    from veriloop.errors import ConfigError
+    from veriloop.records import RunStatus
+
+    settings = load_settings(paths={"home": tmp_path}, llm={"backend": "scripted", "model": "m0"})
+    options = {"samples": 2, "temperature": 0.7, "max_tokens": 64, "max_refinements": 1, "seed": 0}
+    ids = ["HumanEval/0", "HumanEval/5"]
+    with TrajectoryStore.from_settings(settings) as store:
+        run = create_run(store, settings, agent="revise", suite="humaneval", options=options, task_ids=ids)
+        with pytest.raises(ConfigError, match="status 'pending', not 'finished'"):
+            revise.stored_run(store, run.id, "m0", ids, options)
+        store.finish_run(run.id)
+        assert revise.stored_run(store, run.id, "m0", ids, options).id == run.id
+        with pytest.raises(ConfigError, match="model 'm0', not 'm1'"):
+            revise.stored_run(store, run.id, "m1", ids, options)
+        with pytest.raises(ConfigError, match="task ids"):
+            revise.stored_run(store, run.id, "m0", ids[:1], options)
+        with pytest.raises(ConfigError, match="options"):
+            revise.stored_run(store, run.id, "m0", ids, {**options, "samples": 4})
+        failed = create_run(store, settings, agent="revise", suite="humaneval", options=options, task_ids=ids)
+        store.finish_run(failed.id, RunStatus.FAILED)
+        with pytest.raises(ConfigError, match="status 'failed'"):
+            revise.stored_run(store, failed.id, "m0", ids, options)

@@ -131,3 +131,34 @@ async def test_rows_from_a_stored_run(tmp_path: Path) -> None:
     [fix] = [row for row in stage2 if not row["passed"]]
     assert fix["fix"] == "refinement" and "x + y" in fix["chosen"] and fix["chosen"].endswith(EOS_TOKEN)
     assert unknown == []  # tasks the caller does not name give no rows
+
+
+def test_a_stage_folder_changes_with_every_setting_that_changes_the_weights(tmp_path: Path) -> None:
+    """A stage resumes its folder's saved state; a rerun with another loss or other hyperparameters must not
+    pick up weights trained with the old ones (it once evaluated stale checkpoints as the new ones)."""
+    from dataclasses import replace
+
+    from veriloop.agents.revise.curriculum import CurriculumSpec, stage_folder
+
+    spec = CurriculumSpec(base="m0", out=tmp_path)
+    rows = [{"prefix": "p", "chosen": EOS_TOKEN, "rejected": REFINE_TOKEN, "passed": True}]
+    folder = stage_folder(spec, "m0", 1, rows)
+    assert folder.parent == tmp_path and folder.name.startswith("stage1-")
+    assert stage_folder(CurriculumSpec(base="m0", out=tmp_path), "m0", 1, list(rows)) == folder
+    assert stage_folder(replace(spec, options={"run_id": "another"}), "m0", 1, rows) == folder  # a label only
+    changed = [
+        replace(spec, options={"decision_tokens": []}),
+        replace(spec, learning_rate=3e-4),
+        replace(spec, steps=(8, 20)),
+        replace(spec, batch_size=8),
+        replace(spec, lora_rank=8),
+        replace(spec, max_length=384),
+        replace(spec, seed=1),
+        replace(spec, dpo_weight=0.2),
+        replace(spec, beta=0.2),
+    ]
+    names = {stage_folder(other, "m0", 1, rows) for other in changed}
+    assert folder not in names and len(names) == len(changed)
+    assert stage_folder(spec, "m1", 1, rows) != folder
+    assert stage_folder(spec, "m0", 2, rows) != folder
+    assert stage_folder(spec, "m0", 1, [{**rows[0], "rejected": "[refine]x[eos]"}]) != folder

@@ -148,17 +148,37 @@ class CurriculumSpec:
     options: dict[str, Any] = field(default_factory=dict)
 
 
+def stage_options(spec: CurriculumSpec) -> dict[str, Any]:
+    """The trainer options of a stage: loss weights, the decision tokens' rows and how they are scored."""
+    return {
+        "beta": spec.beta,
+        "dpo_weight": spec.dpo_weight,
+        "train_tokens": list(DECISION_TOKENS),
+        "decision_tokens": list(DECISION_TOKENS),
+        **spec.options,
+    }
+
+
+def stage_folder(spec: CurriculumSpec, base: str, stage: int, data: Sequence[Row]) -> Path:
+    """Where a stage trains: named by its base, every setting that changes the weights and its rows, so a rerun
+    with other settings trains afresh instead of resuming an earlier run's folder."""
+    options = {key: value for key, value in stage_options(spec).items() if key != "run_id"}
+    settings: list[Any] = [spec.steps[stage - 1], spec.learning_rate, spec.batch_size, spec.lora, spec.lora_rank]
+    settings += [spec.max_length, spec.seed, options]
+    key = content_hash([base, settings, [[row["prefix"], row["chosen"], row["rejected"]] for row in data]])
+    return spec.out / f"stage{stage}-{key[:12]}"
+
+
 def train_stage(
     settings: Settings, rows: Sequence[Row], base: str, stage: int, spec: CurriculumSpec, progress: Progress | None
 ) -> TrainResult:
-    """Write the stage's rows as JSONL and train it from `base`; the output folder is keyed by the data."""
+    """Write the stage's rows as JSONL and train it from `base` in its `stage_folder`."""
     from veriloop.training.revise import train_sft_dpo
 
     data = list(balance(rows)) if spec.balance else list(rows)
     if not data:
         raise ValueError(f"stage {stage} has no rows: the runs hold no tested attempts")
-    key = content_hash([base, spec.steps[stage - 1], spec.learning_rate, [[r["prefix"], r["chosen"]] for r in data]])
-    out = spec.out / f"stage{stage}-{key[:12]}"
+    out = stage_folder(spec, base, stage, data)
     path = write_rows(data, out / "rows.jsonl", "jsonl")
     train_spec = TrainSpec(
         method=f"revise-stage{stage}",
@@ -173,13 +193,7 @@ def train_stage(
         max_length=spec.max_length,
         seed=spec.seed,
         save_every=max(1, spec.steps[stage - 1]),
-        options={
-            "beta": spec.beta,
-            "dpo_weight": spec.dpo_weight,
-            "train_tokens": list(DECISION_TOKENS),
-            "decision_tokens": list(DECISION_TOKENS),
-            **spec.options,
-        },
+        options=stage_options(spec),
     )
     return train_sft_dpo(train_spec, settings, progress)
 
