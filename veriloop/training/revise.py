@@ -12,7 +12,7 @@ The paper's model generates its decision token; veriloop reads the decision as t
 scored among the decisions only. Scored over the whole vocabulary, its loss starts near 20 nats (the new tokens
 begin at about 1e-8) and the quickest way down is to lift the decision tokens everywhere: on Qwen2.5-Coder-0.5B,
 8 + 8 LoRA steps at 3e-4 left a model that wrote " incorrect ... fix" inside its code (M1, pass@1 0.51 -> 0.03)
-or put p([eos]) near 1 at every decision point and answered worse (M2: pass@1 sampling 0.20).
+or put p([eos]) near 1 at most decision points and answered worse (M2: pass@1 sampling 0.20).
 
 Options: `dpo_weight` (lambda, 0.1 as reported for the paper), `beta` (0.1), `train_tokens`, `decision_tokens`.
 """
