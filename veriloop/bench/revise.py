@@ -306,11 +306,12 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
             seed=args.seed,
         )
         tick = time.perf_counter()
+        threads = torch.get_num_threads()
         torch.set_num_threads(args.train_threads)
         try:
             curriculum = run_curriculum(settings, store, [runs["train"].id], tasks, spec, stderr_progress)
         finally:
-            torch.set_num_threads(1)
+            torch.set_num_threads(threads)
         seconds["curriculum"] = time.perf_counter() - tick
         stage1 = curriculum["stage1"]["path"]
         _say(f"curriculum: {round(seconds['curriculum'])} s, M1 {stage1}, M2 {curriculum['model']}")

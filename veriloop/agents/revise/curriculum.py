@@ -15,7 +15,7 @@ a stored trajectory (first or refined) is a row: its prefix is the turn up to an
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -148,24 +148,37 @@ class CurriculumSpec:
     options: dict[str, Any] = field(default_factory=dict)
 
 
-def stage_options(spec: CurriculumSpec) -> dict[str, Any]:
-    """The trainer options of a stage: loss weights, the decision tokens' rows and how they are scored."""
-    return {
-        "beta": spec.beta,
-        "dpo_weight": spec.dpo_weight,
-        "train_tokens": list(DECISION_TOKENS),
-        "decision_tokens": list(DECISION_TOKENS),
-        **spec.options,
-    }
+def stage_spec(spec: CurriculumSpec, base: str, stage: int) -> TrainSpec:
+    """How a stage trains from `base` (its rows and folder are filled in by `train_stage`)."""
+    return TrainSpec(
+        method=f"revise-stage{stage}",
+        data=spec.out,
+        out=spec.out,
+        model=base,
+        lora=spec.lora,
+        lora_rank=spec.lora_rank,
+        steps=spec.steps[stage - 1],
+        batch_size=spec.batch_size,
+        learning_rate=spec.learning_rate,
+        max_length=spec.max_length,
+        seed=spec.seed,
+        save_every=max(1, spec.steps[stage - 1]),
+        options={
+            "beta": spec.beta,
+            "dpo_weight": spec.dpo_weight,
+            "train_tokens": list(DECISION_TOKENS),
+            "decision_tokens": list(DECISION_TOKENS),
+            **spec.options,
+        },
+    )
 
 
 def stage_folder(spec: CurriculumSpec, base: str, stage: int, data: Sequence[Row]) -> Path:
-    """Where a stage trains: named by its base, every setting that changes the weights and its rows, so a rerun
-    with other settings trains afresh instead of resuming an earlier run's folder."""
-    options = {key: value for key, value in stage_options(spec).items() if key != "run_id"}
-    settings: list[Any] = [spec.steps[stage - 1], spec.learning_rate, spec.batch_size, spec.lora, spec.lora_rank]
-    settings += [spec.max_length, spec.seed, options]
-    key = content_hash([base, settings, [[row["prefix"], row["chosen"], row["rejected"]] for row in data]])
+    """Where a stage trains: named by every field of its `TrainSpec` and its rows, so a rerun with other settings
+    trains afresh instead of resuming an earlier run's folder (`run_id` only labels the checkpoint)."""
+    fields = {key: value for key, value in asdict(stage_spec(spec, base, stage)).items() if key not in ("data", "out")}
+    fields["options"] = {key: value for key, value in fields["options"].items() if key != "run_id"}
+    key = content_hash([fields, [[row["prefix"], row["chosen"], row["rejected"]] for row in data]])
     return spec.out / f"stage{stage}-{key[:12]}"
 
 
@@ -180,22 +193,7 @@ def train_stage(
         raise ValueError(f"stage {stage} has no rows: the runs hold no tested attempts")
     out = stage_folder(spec, base, stage, data)
     path = write_rows(data, out / "rows.jsonl", "jsonl")
-    train_spec = TrainSpec(
-        method=f"revise-stage{stage}",
-        data=path,
-        out=out,
-        model=base,
-        lora=spec.lora,
-        lora_rank=spec.lora_rank,
-        steps=spec.steps[stage - 1],
-        batch_size=spec.batch_size,
-        learning_rate=spec.learning_rate,
-        max_length=spec.max_length,
-        seed=spec.seed,
-        save_every=max(1, spec.steps[stage - 1]),
-        options=stage_options(spec),
-    )
-    return train_sft_dpo(train_spec, settings, progress)
+    return train_sft_dpo(replace(stage_spec(spec, base, stage), data=path, out=out), settings, progress)
 
 
 def run_curriculum(
