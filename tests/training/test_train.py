@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,32 @@ def test_train_refuses_bad_input_in_one_line(
     assert "KEY=VALUE" in capsys.readouterr().err
     assert main([*home, "train", "reinforce", "--data", str(exports["preference"]), "--out", str(tmp_path / "r")]) != 0
     assert "needs a Q-RM" in capsys.readouterr().err
+
+
+def test_train_runs_under_the_spec_threads_and_restores_them(
+    demo_settings: Settings, exports: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    from veriloop.training import configs
+
+    seen: list[int] = []
+
+    class Trainer:
+        def trainer(self) -> Any:
+            def run(spec: TrainSpec, settings: Settings, progress: Any) -> Any:
+                seen.append(torch.get_num_threads())
+                raise RuntimeError("the trainer failed")
+
+            return run
+
+    monkeypatch.setattr(configs, "config_for", lambda spec: Trainer())
+    spec = TrainSpec(method="sft", data=exports["sft"], out=Path(), threads=2)
+    with pytest.raises(RuntimeError, match="the trainer failed"):
+        train(spec, demo_settings)
+    with pytest.raises(RuntimeError):
+        train(replace(spec, threads=None), demo_settings)
+    assert seen == [2, 1] and torch.get_num_threads() == 1
 
 
 @pytest.mark.slow
@@ -283,6 +310,22 @@ def test_sft_on_trl_with_label_smoothing(
         capsys,
     )
     assert result["steps"] == 2 and result["metrics"]["label_smoothing"] == 0.1 and result["model_id"]
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_a_real_training_runs_under_the_spec_threads(
+    demo_settings: Settings, base_model: Path, exports: dict[str, Path], tmp_path: Path
+) -> None:
+    import torch
+
+    during: list[int] = []
+    spec = TrainSpec(
+        method="sft", data=exports["sft"], out=tmp_path / "sft", model=str(base_model), lora=True, steps=2, threads=2
+    )
+    result = train(spec, demo_settings, lambda step, total, metrics: during.append(torch.get_num_threads()))
+    assert result.steps == 2 and during and set(during) == {2} and torch.get_num_threads() == 1
+    assert result.metrics["torch_threads"] == 2
 
 
 def test_prm_steps_keep_room_after_a_long_prompt(base_model: Path) -> None:

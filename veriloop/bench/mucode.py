@@ -105,6 +105,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--verifier-steps", type=int, default=30)
     parser.add_argument("--sft-steps", type=int, default=30)
     parser.add_argument("--lora", action="store_true", help="LoRA adapters in the training round.")
+    parser.add_argument(
+        "--train-threads",
+        type=int,
+        default=None,
+        help="Torch threads while the round's verifier and generator train (sampling keeps one beside the sandbox).",
+    )
     parser.add_argument("--concurrency", type=int, default=16, help="Episodes in flight at once.")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--partial", default="", help="Write the figures so far to this file after each stage.")
@@ -168,7 +174,7 @@ async def _measure(settings: Settings, args: argparse.Namespace) -> dict[str, An
     store = TrajectoryStore.from_settings(settings)
     sandbox = get_sandbox(settings)
     _say("loading the model")
-    base = CachedBackend(get_backend(settings))
+    base: CachedBackend | None = CachedBackend(get_backend(settings))
 
     async def measure(
         name: str, options: dict[str, Any], backend: Any, suite: str, limit: int, model: Settings = settings
@@ -229,6 +235,7 @@ async def _measure(settings: Settings, args: argparse.Namespace) -> dict[str, An
                 "verifier_steps": args.verifier_steps,
                 "sft_steps": args.sft_steps,
                 "lora": args.lora,
+                "train_threads": args.train_threads,
             }
             with contextlib.suppress(Exception):
                 await measure("training", options, base, args.train_suite, args.train_tasks)
@@ -244,6 +251,11 @@ async def _measure(settings: Settings, args: argparse.Namespace) -> dict[str, An
             save_partial()
         if "after_training_multi_turn" not in skip and generator is not None:
             tuned = settings.model_copy(update={"llm": settings.llm.model_copy(update={"model": generator})})
+            # Two models side by side (plus what training left) overran 24 GB once: the base goes first, and
+            # best-of-N below loads it again.
+            if base is not None:
+                await base.aclose()
+                base = None
             _say(f"loading the trained generator {generator}")
             trained = get_backend(tuned)
             try:
@@ -265,6 +277,9 @@ async def _measure(settings: Settings, args: argparse.Namespace) -> dict[str, An
                     errors[name] = "the training round trained no verifier"
                     continue
                 options["verifier_model"] = verifier
+            if base is None:
+                _say("loading the model again")
+                base = CachedBackend(get_backend(settings))
             with contextlib.suppress(Exception):
                 _, passed = await measure(name, options, base, args.suite, args.tasks)
                 results[name] = passed / args.tasks
@@ -272,7 +287,8 @@ async def _measure(settings: Settings, args: argparse.Namespace) -> dict[str, An
             save_partial()
         extra["verifier"] = verifier
     finally:
-        await base.aclose()
+        if base is not None:
+            await base.aclose()
         await sandbox.aclose()
         store.close()
     return {"pass_at_1": results, "runs": runs, "seconds": seconds, "errors": errors, **extra}

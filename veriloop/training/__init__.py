@@ -65,4 +65,13 @@ def train(spec: TrainSpec, settings: Settings, progress: Progress | None = None)
     from veriloop.training.configs import config_for
 
     run = config_for(spec).trainer()  # bad or misspelt options fail here, before any model is loaded
-    return run(spec, settings, progress)
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(spec.threads or threads)
+    try:
+        result = run(spec, settings, progress)
+    finally:
+        torch.set_num_threads(threads)
+    result.metrics["torch_threads"] = spec.threads or threads  # a step's time means little without it
+    return result

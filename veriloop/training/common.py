@@ -47,6 +47,9 @@ class TrainSpec:
     save_every: int = 5
     bf16: bool = False
     """bf16 autocast on the CPU: 1.7x faster on CPUs with avx512_bf16/AMX, slower on others."""
+    threads: int | None = None
+    """Torch threads while this trains (restored after); None keeps the process's. A training that runs alone
+    may take every core, where sampling beside the sandbox keeps one."""
     options: dict[str, Any] = field(default_factory=dict)
     """Method-specific knobs: loss, beta, label_smoothing, gamma, l2, precompute_ref, ..."""
     register: bool = True

@@ -85,6 +85,7 @@ def train_verifier(
     max_length: int = 384,
     lora: bool = False,
     seed: int = 0,
+    threads: int | None = None,
 ) -> TrainResult:
     """Train and register a Bradley-Terry verifier on `rows`; a rerun with the same `out` resumes."""
     from veriloop.training import train
@@ -103,6 +104,7 @@ def train_verifier(
         seed=seed,
         save_every=max(5, steps // 4),
         options={"loss": "bt", "l2": 1e-3, "eval_fraction": 0.2},
+        threads=threads,
     )
     return train(spec, settings)
 

@@ -154,6 +154,7 @@ def test_lora_names_its_own_loop_and_keeps_earlier_keys() -> None:
     plain = loop_key(MuCodeOptions(train=True), tasks, "base")
     assert loop_key(MuCodeOptions(train=True, lora=False, lora_learning_rate=3e-4), tasks, "base") == plain
     assert loop_key(MuCodeOptions(train=True, lora=True), tasks, "base") != plain
+    assert loop_key(MuCodeOptions(train=True, train_threads=2), tasks, "base") == plain  # speed, not what is learned
 
 
 @pytest.mark.slow
@@ -161,9 +162,10 @@ def test_lora_names_its_own_loop_and_keeps_earlier_keys() -> None:
 async def test_a_lora_round_trains_adapters_for_the_verifier_and_the_generator(
     tmp_path: Path, model_settings: Settings, scratch_model_home: Path
 ) -> None:
-    """--lora reaches both trainings: each reports LoRA and saves merged weights the method can load."""
+    """--lora and train_threads reach both trainings: each reports them and saves merged weights the method can load."""
     settings, backend = _round_parts(model_settings, scratch_model_home, tmp_path / "lora.db")
     options = {"train": True, "lora": True, "rollouts": 2, "turns": 2, "verifier_steps": 2, "sft_steps": 2}
+    options |= {"train_threads": 2}
     options |= {"pairs_per_task": 4, "train_max_length": 256}
     sandbox = get_sandbox(settings)
     try:
@@ -175,6 +177,7 @@ async def test_a_lora_round_trains_adapters_for_the_verifier_and_the_generator(
             [record] = store.list_exemplars(kind=ITERATION_KIND)
             metrics = record.payload["metrics"]
             assert metrics["verifier"]["lora"] is True and metrics["sft"]["lora"] is True
+            assert metrics["verifier"]["torch_threads"] == 2 and metrics["sft"]["torch_threads"] == 2
             assert record.payload["generator"].startswith("checkpoint:")
             verifier = MuCodeAgent(MuCodeOptions(select="lv", verifier_model=record.payload["verifier"])).verifier(
                 AgentContext(settings, backend, sandbox, store, run)

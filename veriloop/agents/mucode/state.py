@@ -116,6 +116,13 @@ class MuCodeOptions(AgentOptions):
     )
     lora_learning_rate: float = Field(1e-4, gt=0, description="Generator fine-tuning learning rate with --lora.")
     train_max_length: int = Field(512, ge=64, description="Tokens per training row at most.")
+    train_threads: int | None = Field(
+        None,
+        ge=1,
+        le=256,
+        description="Torch threads while the verifier and the generator train (nothing else runs then); "
+        "None: llm.torch_threads. Not part of the loop's key: it changes the speed, not what is learned.",
+    )
 
     @model_validator(mode="after")
     def _verifier_for_lv(self) -> Self:

@@ -330,6 +330,7 @@ async def one_round(
             max_length=options.train_max_length,
             lora=options.lora,
             seed=options.seed,
+            threads=options.train_threads,
         )
         verifier_id = f"checkpoint:{result.model_id}" if result.model_id else result.path
         verifier_metrics = {k: v for k, v in result.metrics.items() if isinstance(v, int | float | str | None)}
@@ -373,6 +374,7 @@ async def one_round(
             max_length=options.train_max_length,
             seed=options.seed,
             save_every=max(5, options.sft_steps // 4),
+            threads=options.train_threads,
         )
         result = await asyncio.to_thread(train, spec, settings)
         new_generator = f"checkpoint:{result.model_id}" if result.model_id else result.path

@@ -175,8 +175,10 @@ def stage_spec(spec: CurriculumSpec, base: str, stage: int) -> TrainSpec:
 
 def stage_folder(spec: CurriculumSpec, base: str, stage: int, data: Sequence[Row]) -> Path:
     """Where a stage trains: named by every field of its `TrainSpec` and its rows, so a rerun with other settings
-    trains afresh instead of resuming an earlier run's folder (`run_id` only labels the checkpoint)."""
-    fields = {key: value for key, value in asdict(stage_spec(spec, base, stage)).items() if key not in ("data", "out")}
+    trains afresh instead of resuming an earlier run's folder (`run_id` only labels the checkpoint, and the
+    thread count changes the speed, not the weights)."""
+    unnamed = ("data", "out", "threads")
+    fields = {key: value for key, value in asdict(stage_spec(spec, base, stage)).items() if key not in unnamed}
     fields["options"] = {key: value for key, value in fields["options"].items() if key != "run_id"}
     key = content_hash([fields, [[row["prefix"], row["chosen"], row["rejected"]] for row in data]])
     return spec.out / f"stage{stage}-{key[:12]}"
