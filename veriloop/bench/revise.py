@@ -46,6 +46,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--learning-rate", type=float, default=3e-4)
     parser.add_argument("--max-length", type=int, default=512)
+    parser.add_argument(
+        "--anchor-weight",
+        type=float,
+        default=1.0,
+        help="Weight of the SFT term on right attempts' own code (0: the decisions and corrections only).",
+    )
     parser.add_argument("--max-batch-size", type=int, default=16, help="Rows decoded together.")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -303,6 +309,7 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
             batch_size=args.batch_size,
             learning_rate=args.learning_rate,
             max_length=args.max_length,
+            anchor_weight=args.anchor_weight,
             seed=args.seed,
         )
         tick = time.perf_counter()

@@ -179,6 +179,12 @@ class ReviseStageConfig(TrainerConfig):
         description="Tokens read as a choice among themselves, never generated ([eos]/[refine]): where one is "
         "a label, its log-prob is taken among them only, so training never lifts them into generated text.",
     )
+    anchor_weight: float = Field(
+        0.0,
+        ge=0.0,
+        description="Weight of an SFT term on the code of right attempts (rows with `passed` and `attempt`): "
+        "it holds the model's code writing in place while LoRA learns what follows an attempt.",
+    )
     run_id: str | None = Field(None, description="The run whose trajectories made the rows (recorded).")
 
     def trainer(self) -> Trainer:

@@ -14,7 +14,13 @@ begin at about 1e-8) and the quickest way down is to lift the decision tokens ev
 8 + 8 LoRA steps at 3e-4 left a model that wrote " incorrect ... fix" inside its code (M1, pass@1 0.51 -> 0.03)
 or put p([eos]) near 1 at most decision points and answered worse (M2: pass@1 sampling 0.20).
 
-Options: `dpo_weight` (lambda, 0.1 as reported for the paper), `beta` (0.1), `train_tokens`, `decision_tokens`.
+Trained on what follows an attempt only, the same LoRA also changed how the attempt itself is written: after 8 + 8
+steps, half the first attempts of Qwen2.5-Coder-0.5B closed their code block with two backticks (none before), the
+row's decision point sitting right after that fence. `anchor_weight` adds an SFT term on the code of right attempts
+(the attempt as the model wrote it, at the end of the row's prefix), which keeps the code writing where it was.
+
+Options: `dpo_weight` (lambda, 0.1 as reported for the paper), `beta` (0.1), `train_tokens`, `decision_tokens`,
+`anchor_weight`.
 """
 
 from __future__ import annotations
@@ -76,6 +82,18 @@ def _logps(
     return token_logps.sum(dim=-1), token_mask.sum(dim=-1).clamp(min=1)
 
 
+def anchor_items(tokenizer: Any, rows: Sequence[Row], max_length: int) -> dict[int, Encoded]:
+    """By row index, the right attempts' own code as an SFT item: the row's prefix up to its `attempt` is the
+    context, the attempt the trained part."""
+    items = {}
+    for index, row in enumerate(rows):
+        attempt, prefix = row.get("attempt"), row["prefix"]
+        if row.get("passed") and isinstance(attempt, str) and attempt and prefix.endswith(attempt):
+            before = prefix[: len(prefix) - len(attempt)]
+            items[index] = encode_continuation(tokenizer, row["prompt"], before, attempt, max_length)
+    return items
+
+
 def step_batches(count: int, steps: int, batch_size: int, seed: int) -> list[list[int]]:
     """The rows each step trains on: one seeded shuffle of the rows, walked in order and wrapped around."""
     order = list(range(count))
@@ -108,6 +126,12 @@ def train_sft_dpo(spec: TrainSpec, settings: Settings, progress: Progress | None
         )
         for row in rows
     ]
+    anchors = anchor_items(tokenizer, rows, spec.max_length) if options.anchor_weight > 0 else {}
+    if options.anchor_weight > 0 and not anchors:
+        raise ConfigError(
+            f"anchor_weight needs right attempts to anchor: no row of {spec.data} has `passed` and an `attempt` "
+            "that ends its prefix (rows from agents/revise/curriculum have both)"
+        )
     pad = int(tokenizer.pad_token_id)
     batches = step_batches(len(rows), spec.steps, spec.batch_size, spec.seed)
     # The reference pass costs a forward per row: only the rows the steps will visit need one.
@@ -134,12 +158,26 @@ def train_sft_dpo(spec: TrainSpec, settings: Settings, progress: Progress | None
             "dpo": float(dpo.detach()),
             "accuracy": float((margin > 0).float().mean()),
         }
-        return sft + dpo_weight * dpo, metrics
+        loss = sft + dpo_weight * dpo
+        anchored = [anchors[index] for index in batch if index in anchors]
+        if anchored:
+            anchor_sums, anchor_counts = _logps(model, anchored, pad)
+            anchor = -(anchor_sums / anchor_counts).mean()
+            loss = loss + options.anchor_weight * anchor
+            metrics["anchor"] = float(anchor.detach())
+        return loss, metrics
 
     state = run_loop(
         model, spec, step_loss, learning_rate=spec.learning_rate or (1e-4 if spec.lora else 1e-5), progress=progress
     )
-    metrics = {"loss_type": "sft+dpo", "beta": beta, "dpo_weight": dpo_weight, **loss_summary(state.losses)}
+    metrics = {
+        "loss_type": "sft+dpo",
+        "beta": beta,
+        "dpo_weight": dpo_weight,
+        "anchor_weight": options.anchor_weight,
+        "anchored_rows": len(anchors),
+        **loss_summary(state.losses),
+    }
     rows_hash = content_hash([[row.get(column) for column in COLUMNS] for row in rows])
     return save_and_register(
         spec,

@@ -69,6 +69,8 @@ def test_stage_one_prefers_refine_after_wrong_and_eos_after_right() -> None:
         assert (rows[node_id]["chosen"], rows[node_id]["rejected"]) == (EOS_TOKEN, REFINE_TOKEN)
     assert rows["a"]["prefix"] == WRONG + "\n```\n"
     assert rows["a.r"]["prefix"] == AFTER_WRONG + RIGHT + "\n```\n"  # the turn up to and including the refinement
+    assert rows["a.r"]["attempt"] == RIGHT + "\n```\n"  # the attempt alone, what anchor_weight trains on
+    assert all(row["prefix"].endswith(row["attempt"]) for row in rows.values())
     assert rows["a"]["prompt"] == [{"role": "user", "content": "write f"}]
 
 

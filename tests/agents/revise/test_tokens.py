@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 from veriloop.agents.revise.prompts import DECISION_TOKENS, EOS_TOKEN, REFINE_TOKEN
@@ -16,7 +17,7 @@ from veriloop.store import TrajectoryStore
 from veriloop.store.exports import write_rows
 from veriloop.testing import tiny_causal_lm, tiny_model_folder
 from veriloop.training.common import TrainSpec
-from veriloop.training.revise import encode_continuation, train_sft_dpo
+from veriloop.training.revise import anchor_items, encode_continuation, train_sft_dpo
 from veriloop.training.special_tokens import add_special_tokens, has_tokens, prepare_model
 
 
@@ -26,7 +27,14 @@ def tiny_home(tmp_path: Path) -> Settings:
 
 
 def stage_spec(
-    data: Path, out: Path, folder: Path, *, steps: int, learning_rate: float, decision_tokens: Sequence[str] = ()
+    data: Path,
+    out: Path,
+    folder: Path,
+    *,
+    steps: int,
+    learning_rate: float,
+    decision_tokens: Sequence[str] = (),
+    anchor_weight: float = 0.0,
 ) -> TrainSpec:
     """A small LoRA stage on a tiny model whose decision tokens' rows train."""
     return TrainSpec(
@@ -40,7 +48,11 @@ def stage_spec(
         batch_size=2,
         learning_rate=learning_rate,
         save_every=steps,
-        options={"train_tokens": list(DECISION_TOKENS), "decision_tokens": list(decision_tokens)},
+        options={
+            "train_tokens": list(DECISION_TOKENS),
+            "decision_tokens": list(decision_tokens),
+            "anchor_weight": anchor_weight,
+        },
     )
 
 
@@ -159,3 +171,63 @@ def test_decisions_trained_among_themselves_learn_the_choice_without_a_loss_on_l
     assert mass_before < 1e-3  # new tokens start far below the vocabulary's likely tokens ...
     assert first["vocabulary"] > 5.0  # ... so over the vocabulary the loss demands lifting them by many nats
     assert first["among"] < 2.0  # among themselves it is about the choice alone (log 2 at a tie)
+
+
+def continuation_logp(model: Any, tokenizer: Any, before: str, text: str) -> float:
+    """log p(text | the question, then `before`), summed over the text's tokens."""
+    item = encode_continuation(tokenizer, [{"role": "user", "content": "q"}], before, text, 256)
+    ids = torch.tensor([item.input_ids])
+    with torch.no_grad():
+        logps = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), dim=-1)
+    labels = torch.tensor(item.labels[1:])
+    trained = labels != -100
+    return float(logps[trained].gather(-1, labels[trained].unsqueeze(-1)).sum())
+
+
+def test_anchor_items_are_the_right_attempts_code_after_their_context() -> None:
+    _, tokenizer = tiny_causal_lm()
+    question = [{"role": "user", "content": "q"}]
+    rows: list[dict[str, Any]] = [
+        {"prompt": question, "prefix": "say: right code", "attempt": "right code", "passed": True},
+        {"prompt": question, "prefix": "say: wrong code", "attempt": "wrong code", "passed": False},
+        {"prompt": question, "prefix": "say: moved", "attempt": "elsewhere", "passed": True},  # not its prefix's end
+        {"prompt": question, "prefix": "say: old row", "passed": True},  # made before rows kept the attempt
+    ]
+    items = anchor_items(tokenizer, rows, 64)
+    assert list(items) == [0]
+    trained = [token for token, label in zip(items[0].input_ids, items[0].labels, strict=True) if label != -100]
+    assert tokenizer.decode(trained) == "right code"
+
+
+def test_the_anchor_holds_the_right_attempts_code_while_the_decision_trains(tmp_path: Path) -> None:
+    """With anchor_weight, a stage also raises log p(right attempt | its context); without, it does not aim to."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from veriloop.errors import ConfigError
+
+    settings = tiny_home(tmp_path)
+    folder, _ = prepare_model(settings, DECISION_TOKENS)
+    question = [{"role": "user", "content": "q"}]
+    rows: list[dict[str, Any]] = [
+        {"prompt": question, "prefix": "say: right", "attempt": "right", "passed": True}
+        | {"chosen": EOS_TOKEN, "rejected": REFINE_TOKEN},
+        {"prompt": question, "prefix": "say: wrong", "attempt": "wrong", "passed": False}
+        | {"chosen": REFINE_TOKEN, "rejected": EOS_TOKEN},
+    ]
+    data = write_rows(rows, tmp_path / "rows.jsonl", "jsonl")
+    tokenizer: Any = AutoTokenizer.from_pretrained(folder)
+    logp: dict[float, float] = {}
+    for weight in (0.0, 1.0):
+        spec = stage_spec(
+            data, tmp_path / f"w{weight}", folder, steps=6, learning_rate=1e-2, decision_tokens=DECISION_TOKENS
+        )
+        spec.options["anchor_weight"] = weight
+        result = train_sft_dpo(spec, settings)
+        assert result.metrics["anchored_rows"] == (1 if weight else 0)
+        logp[weight] = continuation_logp(AutoModelForCausalLM.from_pretrained(result.path), tokenizer, "say: ", "right")
+    assert logp[1.0] > logp[0.0] + 1.0
+    without = [{key: value for key, value in row.items() if key != "attempt"} for row in rows]
+    bare = write_rows(without, tmp_path / "bare.jsonl", "jsonl")
+    spec = stage_spec(bare, tmp_path / "bare", folder, steps=1, learning_rate=1e-2, anchor_weight=1.0)
+    with pytest.raises(ConfigError, match="anchor_weight needs right attempts"):
+        train_sft_dpo(spec, settings)

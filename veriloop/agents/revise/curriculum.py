@@ -8,8 +8,9 @@
                                (fix: a stored refinement of y that passed, else the reference);
                                and a stored refinement that failed loses to the fix
 
-Each stage trains L_SFT(chosen) + lambda * L_DPO (`training.revise.train_sft_dpo`). Every attempt of
-a stored trajectory (first or refined) is a row: its prefix is the turn up to and including it.
+Each stage trains L_SFT(chosen) + lambda * L_DPO + anchor * L_SFT(right attempts' code)
+(`training.revise.train_sft_dpo`). Every attempt of a stored trajectory (first or refined) is a row: its
+prefix is the turn up to and including it (the attempt itself is kept as `attempt`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def _row(node: Node, stage: int, kind: str, chosen: str, rejected: str) -> Row:
     return {
         "prompt": turns,
         "prefix": before + attempt_segment(node.completion.text),
+        "attempt": attempt_segment(node.completion.text),
         "chosen": chosen,
         "rejected": rejected,
         "passed": node.exec_result.passed,
@@ -143,6 +145,9 @@ class CurriculumSpec:
     max_length: int = 512
     beta: float = 0.1
     dpo_weight: float = 0.1
+    anchor_weight: float = 1.0
+    """SFT on right attempts' own code beside the decisions (`training.revise`): without it the LoRA that learns
+    the decisions also changed how Qwen2.5-Coder-0.5B closed its code blocks."""
     balance: bool = True
     seed: int = 0
     options: dict[str, Any] = field(default_factory=dict)
@@ -166,6 +171,7 @@ def stage_spec(spec: CurriculumSpec, base: str, stage: int) -> TrainSpec:
         options={
             "beta": spec.beta,
             "dpo_weight": spec.dpo_weight,
+            "anchor_weight": spec.anchor_weight,
             "train_tokens": list(DECISION_TOKENS),
             "decision_tokens": list(DECISION_TOKENS),
             **spec.options,
