@@ -187,7 +187,7 @@ def test_rm_chain_reports_heldout_ranking(
     metrics = result["metrics"]
     assert metrics["loss_type"] == "bt" and metrics["heldout_rows"] == 1
     assert metrics["heldout_accuracy"] in (0.0, 1.0)  # measured and reported, whatever it came out as
-    assert 0.0 <= metrics["train_accuracy"] <= 1.0
+    assert 0.0 <= metrics["train_accuracy"] <= 1.0 and metrics["accuracy_rows"] == 1
     assert json.loads((Path(result["path"]) / "veriloop-head.json").read_text())["kind"] == "reward"
     bce = _cli(
         _train_argv(

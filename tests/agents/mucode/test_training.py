@@ -46,7 +46,11 @@ def _data() -> list[Trajectory]:
 class LengthVerifier:
     """Scores a reply by its length: enough to tell ties broken by the verifier from the oracle's weight."""
 
+    def __init__(self) -> None:
+        self.scored = 0
+
     async def score(self, task: Task, replies: list[str]) -> list[float]:
+        self.scored += len(replies)
         return [float(len(reply)) for reply in replies]
 
 
@@ -69,6 +73,10 @@ async def test_expert_is_the_oracle_winner_and_the_verifier_breaks_ties() -> Non
     failing_only = [trajectory for trajectory in _data() if not trajectory.label]
     chosen = await experts([_task()], failing_only, LengthVerifier())
     assert chosen["HumanEval/53"].code == BAD and not chosen["HumanEval/53"].label  # the longest failing code
+    counting = LengthVerifier()
+    chosen = await experts([_task()], _data(), counting, failing_experts=False)
+    assert chosen["HumanEval/53"].code == GOOD and counting.scored == 1  # failing codes cannot win: not scored
+    assert await experts([_task()], failing_only, counting, failing_experts=False) == {} and counting.scored == 1
 
 
 def test_relabelling_points_every_state_of_failed_rollouts_at_the_expert() -> None:

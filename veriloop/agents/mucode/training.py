@@ -177,8 +177,15 @@ def verifier_samples(tasks: Sequence[Task], data: Sequence[Trajectory]) -> list[
     return samples
 
 
-async def experts(tasks: Sequence[Task], data: Sequence[Trajectory], verifier: Scorer | None) -> dict[str, Expert]:
-    """Per problem, the best code seen in any turn of any rollout by 100 x oracle + verifier score."""
+async def experts(
+    tasks: Sequence[Task], data: Sequence[Trajectory], verifier: Scorer | None, *, failing_experts: bool = True
+) -> dict[str, Expert]:
+    """Per problem, the best code seen in any turn of any rollout: the oracle's label first, the verifier's score
+    breaking ties (the paper's 100 x oracle + verifier, for scores within 100 of each other).
+
+    Only the codes with the best label are scored (about 3 s a code for a 0.5B verifier here). Without
+    `failing_experts`, a problem that no rollout solved gets no expert and no scoring: nothing is relabelled
+    towards a failing expert then (`expert_must_pass`)."""
     by_task: dict[str, list[Trajectory]] = defaultdict(list)
     for trajectory in data:
         by_task[trajectory.task_id].append(trajectory)
@@ -193,9 +200,10 @@ async def experts(tasks: Sequence[Task], data: Sequence[Trajectory], verifier: S
                 labels[code] = labels.get(code, False) or passed
                 if passed:
                     nodes[code] = trajectory.final_node_id
-        if not labels:
+        top = max(labels.values(), default=False)
+        if not labels or not (top or failing_experts):
             continue
-        codes = list(labels)
+        codes = [code for code, label in labels.items() if label == top]
         learned = (
             await verifier.score(task, [prompts.as_reply(code) for code in codes]) if verifier else [0.0] * len(codes)
         )
@@ -340,7 +348,7 @@ async def one_round(
     scorer: Scorer | None = None
     if verifier_id is not None:
         scorer = ThreadedVerifier(LearnedVerifier.load(verifier_id, settings, max_length=options.train_max_length))
-    chosen = await experts(tasks, data, scorer)
+    chosen = await experts(tasks, data, scorer, failing_experts=not options.expert_must_pass)
     del scorer  # the verifier's weights are not needed past this point; free them before fine-tuning
     gc.collect()
 
