@@ -127,11 +127,12 @@ def train_sft_dpo(spec: TrainSpec, settings: Settings, progress: Progress | None
         for row in rows
     ]
     anchors = anchor_items(tokenizer, rows, spec.max_length) if options.anchor_weight > 0 else {}
-    if options.anchor_weight > 0 and not anchors:
+    if options.anchor_weight > 0 and not any("attempt" in row for row in rows):
         raise ConfigError(
-            f"anchor_weight needs right attempts to anchor: no row of {spec.data} has `passed` and an `attempt` "
-            "that ends its prefix (rows from agents/revise/curriculum have both)"
+            f"anchor_weight needs rows that keep their `attempt` (rows from agents/revise/curriculum do); "
+            f"{spec.data} has none: write it again, or set anchor_weight=0"
         )
+    # Rows with attempts but none right (a weak model's first runs) train without the anchor: anchored_rows says 0.
     pad = int(tokenizer.pad_token_id)
     batches = step_batches(len(rows), spec.steps, spec.batch_size, spec.seed)
     # The reference pass costs a forward per row: only the rows the steps will visit need one.

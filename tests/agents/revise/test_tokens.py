@@ -229,5 +229,8 @@ def test_the_anchor_holds_the_right_attempts_code_while_the_decision_trains(tmp_
     without = [{key: value for key, value in row.items() if key != "attempt"} for row in rows]
     bare = write_rows(without, tmp_path / "bare.jsonl", "jsonl")
     spec = stage_spec(bare, tmp_path / "bare", folder, steps=1, learning_rate=1e-2, anchor_weight=1.0)
-    with pytest.raises(ConfigError, match="anchor_weight needs right attempts"):
+    with pytest.raises(ConfigError, match="anchor_weight needs rows that keep their `attempt`"):
         train_sft_dpo(spec, settings)
+    none_right = write_rows([row | {"passed": False} for row in rows], tmp_path / "wrong.jsonl", "jsonl")
+    spec = stage_spec(none_right, tmp_path / "wrong", folder, steps=1, learning_rate=1e-2, anchor_weight=1.0)
+    assert train_sft_dpo(spec, settings).metrics["anchored_rows"] == 0  # nothing right to anchor: trains without
