@@ -311,14 +311,10 @@ def main(settings: Settings, argv: list[str]) -> dict[str, Any]:
             max_length=args.max_length,
             anchor_weight=args.anchor_weight,
             seed=args.seed,
+            threads=args.train_threads,
         )
         tick = time.perf_counter()
-        threads = torch.get_num_threads()
-        torch.set_num_threads(args.train_threads)
-        try:
-            curriculum = run_curriculum(settings, store, [runs["train"].id], tasks, spec, stderr_progress)
-        finally:
-            torch.set_num_threads(threads)
+        curriculum = run_curriculum(settings, store, [runs["train"].id], tasks, spec, stderr_progress)
         seconds["curriculum"] = time.perf_counter() - tick
         stage1 = curriculum["stage1"]["path"]
         _say(f"curriculum: {round(seconds['curriculum'])} s, M1 {stage1}, M2 {curriculum['model']}")

@@ -65,13 +65,9 @@ def train(spec: TrainSpec, settings: Settings, progress: Progress | None = None)
     from veriloop.training.configs import config_for
 
     run = config_for(spec).trainer()  # bad or misspelt options fail here, before any model is loaded
-    import torch
+    from veriloop.training.common import spec_threads
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(spec.threads or threads)
-    try:
+    with spec_threads(spec) as threads:
         result = run(spec, settings, progress)
-    finally:
-        torch.set_num_threads(threads)
-    result.metrics["torch_threads"] = spec.threads or threads  # a step's time means little without it
+    result.metrics["torch_threads"] = threads  # a step's time means little without it
     return result

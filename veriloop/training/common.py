@@ -9,7 +9,8 @@ import logging
 import random
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,19 @@ class TrainResult:
     steps: int
     metrics: dict[str, Any]
     resumed_from: int = 0
+
+
+@contextmanager
+def spec_threads(spec: TrainSpec) -> Iterator[int]:
+    """Run the block under `spec.threads` torch threads (None: the process's), restoring the count after; yields
+    the count used, which a trainer's caller reports beside its step times."""
+    before = torch.get_num_threads()
+    used = spec.threads or before
+    torch.set_num_threads(used)
+    try:
+        yield used
+    finally:
+        torch.set_num_threads(before)
 
 
 def stderr_progress(step: int, total: int, metrics: dict[str, float]) -> None:

@@ -148,6 +148,7 @@ def test_a_stage_folder_changes_with_every_setting_that_changes_the_weights(tmp_
     assert folder.parent == tmp_path and folder.name.startswith("stage1-")
     assert stage_folder(CurriculumSpec(base="m0", out=tmp_path), "m0", 1, list(rows)) == folder
     assert stage_folder(replace(spec, options={"run_id": "another"}), "m0", 1, rows) == folder  # a label only
+    assert stage_folder(replace(spec, threads=2), "m0", 1, rows) == folder  # speed only
     changed = [
         replace(spec, options={"decision_tokens": []}),
         replace(spec, learning_rate=3e-4),
@@ -158,9 +159,30 @@ def test_a_stage_folder_changes_with_every_setting_that_changes_the_weights(tmp_
         replace(spec, seed=1),
         replace(spec, dpo_weight=0.2),
         replace(spec, beta=0.2),
+        replace(spec, anchor_weight=0.0),
     ]
     names = {stage_folder(other, "m0", 1, rows) for other in changed}
     assert folder not in names and len(names) == len(changed)
     assert stage_folder(spec, "m1", 1, rows) != folder
     assert stage_folder(spec, "m0", 2, rows) != folder
     assert stage_folder(spec, "m0", 1, [{**rows[0], "rejected": "[refine]x[eos]"}]) != folder
+
+
+def test_a_stage_trains_under_the_curriculum_threads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stage's trainer is called directly, so the curriculum applies `threads` itself (and restores them)."""
+    import torch
+
+    from veriloop.agents.revise.curriculum import CurriculumSpec, train_stage
+    from veriloop.training import revise
+
+    seen: list[int] = []
+    monkeypatch.setattr(revise, "train_sft_dpo", lambda spec, settings, progress: seen.append(torch.get_num_threads()))
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        rows = [{"prefix": "p", "chosen": EOS_TOKEN, "rejected": REFINE_TOKEN, "passed": True}]
+        spec = CurriculumSpec("m0", tmp_path, threads=2)
+        train_stage(load_settings(paths={"home": tmp_path}), rows, "m0", 1, spec, None)
+        assert seen == [2] and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

@@ -219,9 +219,14 @@ def test_the_anchor_holds_the_right_attempts_code_while_the_decision_trains(tmp_
     logp: dict[float, float] = {}
     for weight in (0.0, 1.0):
         spec = stage_spec(
-            data, tmp_path / f"w{weight}", folder, steps=6, learning_rate=1e-2, decision_tokens=DECISION_TOKENS
+            data,
+            tmp_path / f"w{weight}",
+            folder,
+            steps=6,
+            learning_rate=1e-2,
+            decision_tokens=DECISION_TOKENS,
+            anchor_weight=weight,
         )
-        spec.options["anchor_weight"] = weight
         result = train_sft_dpo(spec, settings)
         assert result.metrics["anchored_rows"] == (1 if weight else 0)
         logp[weight] = continuation_logp(AutoModelForCausalLM.from_pretrained(result.path), tokenizer, "say: ", "right")

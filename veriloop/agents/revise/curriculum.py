@@ -150,6 +150,9 @@ class CurriculumSpec:
     the decisions also changed how Qwen2.5-Coder-0.5B closed its code blocks."""
     balance: bool = True
     seed: int = 0
+    threads: int | None = None
+    """Torch threads while a stage trains (`TrainSpec.threads`): the curriculum runs alone, so it may take every
+    core."""
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -168,6 +171,7 @@ def stage_spec(spec: CurriculumSpec, base: str, stage: int) -> TrainSpec:
         max_length=spec.max_length,
         seed=spec.seed,
         save_every=max(1, spec.steps[stage - 1]),
+        threads=spec.threads,
         options={
             "beta": spec.beta,
             "dpo_weight": spec.dpo_weight,
@@ -194,6 +198,7 @@ def train_stage(
     settings: Settings, rows: Sequence[Row], base: str, stage: int, spec: CurriculumSpec, progress: Progress | None
 ) -> TrainResult:
     """Write the stage's rows as JSONL and train it from `base` in its `stage_folder`."""
+    from veriloop.training.common import spec_threads
     from veriloop.training.revise import train_sft_dpo
 
     data = list(balance(rows)) if spec.balance else list(rows)
@@ -201,7 +206,9 @@ def train_stage(
         raise ValueError(f"stage {stage} has no rows: the runs hold no tested attempts")
     out = stage_folder(spec, base, stage, data)
     path = write_rows(data, out / "rows.jsonl", "jsonl")
-    return train_sft_dpo(replace(stage_spec(spec, base, stage), data=path, out=out), settings, progress)
+    train_spec = replace(stage_spec(spec, base, stage), data=path, out=out)
+    with spec_threads(train_spec):  # the stage's trainer is called directly, not through `training.train`
+        return train_sft_dpo(train_spec, settings, progress)
 
 
 def run_curriculum(
