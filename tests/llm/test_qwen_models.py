@@ -217,3 +217,30 @@ async def test_low_precision_weight_copies_give_transformers_answers_on_short_re
         assert "42" in completion.text
     finally:
         await backend.aclose()
+
+
+@pytest.mark.slow
+@pytest.mark.model(QWEN)
+def test_a_revise_transcript_closes_its_block_with_the_token_qwen_writes(exact_qwen: EmbeddedBackend) -> None:
+    """ReVISE trains on its transcripts re-tokenized as text, so their closing fence must come out as the token the
+    model itself writes there ("```"). Followed by a newline, it tokenizes as "``" + "`\\n", and training on that
+    taught the model to close its blocks with "``"."""
+    from veriloop.agents.revise.prompts import attempt_segment
+
+    tokenizer = exact_qwen.tokenizer
+    signature = 'def add(a: int, b: int) -> int:\n    """Return a + b."""\n'
+    request = f"Complete this function in one ```python code block.\n\n```python\n{signature}```"
+    ask = [{"role": "user", "content": request}]
+    ids = tokenizer(tokenizer.apply_chat_template(ask, add_generation_prompt=True, tokenize=False)).input_ids
+    tokens, _ = reference(exact_qwen, ids, 96)
+    written = [tokenizer.decode([token]) for token in tokens]
+    fences = [index for index, piece in enumerate(written) if piece.startswith("```")]
+    assert len(fences) >= 2, written  # the block opens and closes
+    closing = fences[1]
+    assert written[closing] == "```" and written[closing - 1].endswith("\n"), written
+
+    reply = "".join(written[:closing]).removesuffix("\n")  # what generation keeps: the text before "\n```\n"
+    pieces = [tokenizer.decode([token]) for token in tokenizer(attempt_segment(reply)).input_ids]
+    assert pieces[-1] == "```" and "``" not in pieces, pieces
+    old_layout = [tokenizer.decode([token]) for token in tokenizer(attempt_segment(reply) + "\n").input_ids]
+    assert old_layout[-2:] == ["``", "`\n"]  # the layout this replaced

@@ -42,7 +42,7 @@ def decision(node_id: str, parent: str, choice: str) -> Node:
 
 WRONG = "```python\ndef f():\n    return 2"
 RIGHT = "```python\ndef f():\n    return 1"
-AFTER_WRONG = WRONG + "\n```\n" + REFINE_TOKEN
+AFTER_WRONG = WRONG + "\n```" + REFINE_TOKEN
 
 
 def tree() -> list[Node]:
@@ -67,9 +67,9 @@ def test_stage_one_prefers_refine_after_wrong_and_eos_after_right() -> None:
         assert (rows[node_id]["chosen"], rows[node_id]["rejected"]) == (REFINE_TOKEN, EOS_TOKEN)
     for node_id in ("a.r", "b"):
         assert (rows[node_id]["chosen"], rows[node_id]["rejected"]) == (EOS_TOKEN, REFINE_TOKEN)
-    assert rows["a"]["prefix"] == WRONG + "\n```\n"
-    assert rows["a.r"]["prefix"] == AFTER_WRONG + RIGHT + "\n```\n"  # the turn up to and including the refinement
-    assert rows["a.r"]["attempt"] == RIGHT + "\n```\n"  # the attempt alone, what anchor_weight trains on
+    assert rows["a"]["prefix"] == WRONG + "\n```"
+    assert rows["a.r"]["prefix"] == AFTER_WRONG + RIGHT + "\n```"  # the turn up to and including the refinement
+    assert rows["a.r"]["attempt"] == RIGHT + "\n```"  # the attempt alone, what anchor_weight trains on
     assert all(row["prefix"].endswith(row["attempt"]) for row in rows.values())
     assert rows["a"]["prompt"] == [{"role": "user", "content": "write f"}]
 
@@ -80,14 +80,14 @@ def test_stage_two_prefers_a_fix_its_own_refinement_or_the_reference() -> None:
     for row in rows:
         by_node.setdefault(str(row["node_id"]), []).append(row)
     [a] = by_node["a"]
-    assert a["fix"] == "refinement" and a["chosen"] == REFINE_TOKEN + RIGHT + "\n```\n" + EOS_TOKEN
+    assert a["fix"] == "refinement" and a["chosen"] == REFINE_TOKEN + RIGHT + "\n```" + EOS_TOKEN
     assert a["rejected"] == EOS_TOKEN
     [c] = by_node["c"]
     assert c["fix"] == "reference" and c["chosen"] == REFINE_TOKEN + gold_segment(TASK.reference or "") + EOS_TOKEN
     first, second = by_node["d"]
     assert first["kind"] == "correct" and first["rejected"] == EOS_TOKEN
     assert second["kind"] == "correct_over_failed_refinement"
-    assert second["rejected"] == REFINE_TOKEN + WRONG + "  # still\n```\n" + EOS_TOKEN
+    assert second["rejected"] == REFINE_TOKEN + WRONG + "  # still\n```" + EOS_TOKEN
     [b] = by_node["b"]
     assert (b["chosen"], b["rejected"]) == (EOS_TOKEN, REFINE_TOKEN)
     with pytest.raises(ValueError):

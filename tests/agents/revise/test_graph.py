@@ -196,9 +196,9 @@ def test_select_index_groups_by_normalised_code() -> None:
 
 
 def test_attempt_segment_closes_the_block() -> None:
-    assert attempt_segment("```python\nx = 1") == "```python\nx = 1\n```\n"
-    assert attempt_segment("```python\nx = 1\n```\n") == "```python\nx = 1\n```\n"
-    assert attempt_segment("no code") == "no code\n"
+    assert attempt_segment("```python\nx = 1") == "```python\nx = 1\n```"
+    assert attempt_segment("```python\nx = 1\n```\n") == "```python\nx = 1\n```"
+    assert attempt_segment("no code\n") == "no code"
 
 
 def test_options_come_from_the_registry() -> None:

@@ -15,7 +15,6 @@ import ast
 import re
 
 from veriloop.agents.direct import program_from_reply, prompt_messages
-from veriloop.llm.codeblocks import CLOSING_FENCE
 from veriloop.records import Message, Task
 from veriloop.training.special_tokens import EOS_SOURCE
 
@@ -31,10 +30,17 @@ DECISION_TOKENS: dict[str, tuple[str, ...]] = {
 """The tokens added to the vocabulary, each with the words its embedding starts from: `[eos]` begins as
 the model's own end-of-turn token, so the untrained model's confidence is its urge to stop there."""
 
+SEGMENT_FENCE = "\n```"
+"""How an attempt's code block closes in the transcript: the fence and nothing after it, so the decision token
+(a special token, which nothing merges across) follows the fence directly. With a newline after it, Qwen's BPE
+reads "```\n" as "``" + "`\n", which the model never writes (it writes "```"); training on such transcripts taught
+Qwen2.5-Coder-0.5B to close its blocks with "``" (60 of 80 first attempts after the curriculum)."""
+
 __all__ = [
     "DECISION_TOKENS",
     "EOS_TOKEN",
     "REFINE_TOKEN",
+    "SEGMENT_FENCE",
     "attempt_segment",
     "gold_segment",
     "normalize_code",
@@ -50,20 +56,20 @@ def task_messages(task: Task) -> list[Message]:
 
 
 def attempt_segment(text: str) -> str:
-    """An attempt as it stands in the transcript: the reply with its code block closed, ending in a newline.
+    """An attempt as it stands in the transcript: the reply with its code block closed (`SEGMENT_FENCE`).
 
     Generation stops at the closing fence (not included), so the fence is put back; a reply that ended
-    with its block already closed (or with no block) just gets its newline.
+    with its block already closed (or with no block) only loses its trailing newlines.
     """
     body = text.rstrip("\n")
     if body.count("```") % 2 == 1:
-        return body + CLOSING_FENCE
-    return body + "\n"
+        return body + SEGMENT_FENCE
+    return body
 
 
 def gold_segment(code: str) -> str:
     """A reference solution written as an attempt would be (stage 2's correction target)."""
-    return "```python\n" + code.strip("\n") + CLOSING_FENCE
+    return "```python\n" + code.strip("\n") + SEGMENT_FENCE
 
 
 _SPACE = re.compile(r"\s+")
