@@ -14,10 +14,12 @@ begin at about 1e-8) and the quickest way down is to lift the decision tokens ev
 8 + 8 LoRA steps at 3e-4 left a model that wrote " incorrect ... fix" inside its code (M1, pass@1 0.51 -> 0.03)
 or put p([eos]) near 1 at most decision points and answered worse (M2: pass@1 sampling 0.20).
 
-Trained on what follows an attempt only, the same LoRA also changed how the attempt itself is written: after 8 + 8
-steps, half the first attempts of Qwen2.5-Coder-0.5B closed their code block with two backticks (none before), the
-row's decision point sitting right after that fence. `anchor_weight` adds an SFT term on the code of right attempts
-(the attempt as the model wrote it, at the end of the row's prefix), which keeps the code writing where it was.
+`anchor_weight` adds an SFT term on the code of right attempts (the attempt as the model wrote it, at the end of
+the row's prefix), meant to keep the code writing where it was while LoRA learns what follows an attempt. It was
+added when half of Qwen2.5-Coder-0.5B's first attempts came to close their block with two backticks. It did not
+stop that (60/80 with it, 44/80 without); the cause was the transcripts' fence, "```\n", tokenised as "``" +
+"`\n" (fixed in `agents/revise/prompts.SEGMENT_FENCE`). With that fixed and the anchor on, code writing held (first
+attempts right 41/80 -> 40/80); the anchor's own share of that is unmeasured.
 
 Options: `dpo_weight` (lambda, 0.1 as reported for the paper), `beta` (0.1), `train_tokens`, `decision_tokens`,
 `anchor_weight`.

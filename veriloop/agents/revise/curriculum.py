@@ -146,8 +146,8 @@ class CurriculumSpec:
     beta: float = 0.1
     dpo_weight: float = 0.1
     anchor_weight: float = 1.0
-    """SFT on right attempts' own code beside the decisions (`training.revise`): without it the LoRA that learns
-    the decisions also changed how Qwen2.5-Coder-0.5B closed its code blocks."""
+    """SFT on right attempts' own code beside the decisions (`training.revise`), to keep code writing in place
+    while the LoRA learns the decisions."""
     balance: bool = True
     seed: int = 0
     threads: int | None = None
