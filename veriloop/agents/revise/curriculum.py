@@ -9,8 +9,9 @@
                                and a stored refinement that failed loses to the fix
 
 Each stage trains L_SFT(chosen) + lambda * L_DPO + anchor * L_SFT(right attempts' code)
-(`training.revise.train_sft_dpo`). Every attempt of a stored trajectory (first or refined) is a row: its
-prefix is the turn up to and including it (the attempt itself is kept as `attempt`).
+(`training.revise.train_sft_dpo`); L_SFT weighs a row's decision tokens apart from its other tokens, so the
+[refine] that opens a fix counts as much as a lone [eos]. Every attempt of a stored trajectory (first or refined)
+is a row: its prefix is the turn up to and including it (the attempt itself is kept as `attempt`).
 """
 
 from __future__ import annotations
@@ -184,13 +185,16 @@ def stage_spec(spec: CurriculumSpec, base: str, stage: int) -> TrainSpec:
 
 
 def stage_folder(spec: CurriculumSpec, base: str, stage: int, data: Sequence[Row]) -> Path:
-    """Where a stage trains: named by every field of its `TrainSpec` and its rows, so a rerun with other settings
-    trains afresh instead of resuming an earlier run's folder (`run_id` only labels the checkpoint, and the
-    thread count changes the speed, not the weights)."""
+    """Where a stage trains: named by every field of its `TrainSpec`, its rows and the loss's version, so a rerun
+    with other settings or a changed loss trains afresh instead of resuming an earlier run's folder (`run_id` only
+    labels the checkpoint, and the thread count changes the speed, not the weights)."""
+    from veriloop.training.revise import LOSS_VERSION
+
     unnamed = ("data", "out", "threads")
     fields = {key: value for key, value in asdict(stage_spec(spec, base, stage)).items() if key not in unnamed}
     fields["options"] = {key: value for key, value in fields["options"].items() if key != "run_id"}
-    key = content_hash([fields, [[row["prefix"], row["chosen"], row["rejected"]] for row in data]])
+    rows = [[row["prefix"], row["chosen"], row["rejected"]] for row in data]
+    key = content_hash([fields, rows, LOSS_VERSION])
     return spec.out / f"stage{stage}-{key[:12]}"
 
 
