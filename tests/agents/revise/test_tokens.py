@@ -17,7 +17,7 @@ from veriloop.store import TrajectoryStore
 from veriloop.store.exports import write_rows
 from veriloop.testing import tiny_causal_lm, tiny_model_folder
 from veriloop.training.common import TrainSpec
-from veriloop.training.revise import anchor_items, encode_continuation, train_sft_dpo
+from veriloop.training.revise import anchor_items, context_was_cut, encode_continuation, train_sft_dpo
 from veriloop.training.special_tokens import add_special_tokens, has_tokens, prepare_model
 
 
@@ -103,7 +103,22 @@ def test_encode_continuation_trains_only_the_continuation() -> None:
     trained = [token for token, label in zip(item.input_ids, item.labels, strict=True) if label != -100]
     assert trained == [tokenizer.convert_tokens_to_ids("[eos]")]
     long = encode_continuation(tokenizer, "q" * 100, "abc", "[eos]xyz", 16)
-    assert len(long.input_ids) == 16 and long.labels[-4:] == long.input_ids[-4:]  # the prompt's start is cut
+    assert len(long.input_ids) == 16 and long.labels[:-1] == [-100] * 15  # only a too-long context loses its start
+    assert long.labels[-1] == tokenizer.convert_tokens_to_ids("[eos]")  # ... and the decision is kept
+
+
+def test_a_long_continuation_is_cut_at_its_end_and_never_shortens_the_context() -> None:
+    """The decision's context must not depend on what follows it: a lone decision and a decision opening a long
+    fix see the same tokens before them (else the cut context itself becomes a cue for the label)."""
+    _, tokenizer = tiny_causal_lm()
+    add_special_tokens(_, tokenizer, {"[eos]": ("{eos_token}",), "[refine]": ("fix",)})
+    question = [{"role": "user", "content": "q?"}]
+    lone = encode_continuation(tokenizer, question, "the attempt", "[eos]", 96)
+    fix = encode_continuation(tokenizer, question, "the attempt", "[refine]" + " fixed code" * 80 + "[eos]", 96)
+    context = lone.labels.count(-100)
+    assert fix.input_ids[:context] == lone.input_ids[:context] and fix.labels.count(-100) == context
+    assert len(fix.input_ids) == 96 and fix.labels[context] == tokenizer.convert_tokens_to_ids("[refine]")
+    assert not context_was_cut(lone, 96) and context_was_cut(encode_continuation(tokenizer, "q" * 200, "", "x", 96), 96)
 
 
 def test_a_stage_trains_the_decision_and_registers_the_checkpoint(tmp_path: Path) -> None:

@@ -185,16 +185,16 @@ def stage_spec(spec: CurriculumSpec, base: str, stage: int) -> TrainSpec:
 
 
 def stage_folder(spec: CurriculumSpec, base: str, stage: int, data: Sequence[Row]) -> Path:
-    """Where a stage trains: named by every field of its `TrainSpec`, its rows and the loss's version, so a rerun
-    with other settings or a changed loss trains afresh instead of resuming an earlier run's folder (`run_id` only
+    """Where a stage trains: named by every field of its `TrainSpec`, its rows and `STAGE_VERSION`, so a rerun
+    with other settings or a changed trainer trains afresh instead of resuming an earlier run's folder (`run_id` only
     labels the checkpoint, and the thread count changes the speed, not the weights)."""
-    from veriloop.training.revise import LOSS_VERSION
+    from veriloop.training.revise import STAGE_VERSION
 
     unnamed = ("data", "out", "threads")
     fields = {key: value for key, value in asdict(stage_spec(spec, base, stage)).items() if key not in unnamed}
     fields["options"] = {key: value for key, value in fields["options"].items() if key != "run_id"}
     rows = [[row["prefix"], row["chosen"], row["rejected"]] for row in data]
-    key = content_hash([fields, rows, LOSS_VERSION])
+    key = content_hash([fields, rows, STAGE_VERSION])
     return spec.out / f"stage{stage}-{key[:12]}"
 
 
