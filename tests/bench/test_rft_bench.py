@@ -1,0 +1,139 @@
+"""`veriloop bench rft`: which rollouts become SFT rows, and the round's wiring through the real judge.
+
+A scripted model writes the rollouts so that the verdicts are known; the real sandbox judges them, and the SFT
+step is caught at `training.train` (SFT itself trains for real in tests/training). The bench end to end on the
+real model: `test_rft_round_on_the_embedded_model`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from veriloop.bench import _held_out as held_out
+from veriloop.bench import rft
+from veriloop.config import load_settings
+from veriloop.records import Task
+from veriloop.testing import ScriptedBackend
+from veriloop.training.common import TrainResult
+from veriloop.training.rewards import JudgeReward, LocalJudge
+
+DATA = Path("/work/shared/data")
+
+
+def _task(index: int) -> Task:
+    return Task(
+        id=f"toy/{index}",
+        suite="toy",
+        prompt=f"def add{index}(a, b):\n",
+        tests=f"assert add{index}(1, 2) == 3\nassert add{index}(0, 0) == 0\n",
+        entry_point=f"add{index}",
+    )
+
+
+def test_kept_rows_are_distinct_passing_completions_capped_per_prompt() -> None:
+    judged = [
+        [
+            held_out.Judged("    return a + b\n", 1.0),
+            held_out.Judged("    return a + b\n\n", 1.0),  # the same code with a trailing blank line
+            held_out.Judged("    return a * b\n", 0.5),  # passes one assert of two
+            held_out.Judged("    return b + a\n", 1.0),
+            held_out.Judged("    return sum((a, b))\n", 1.0),  # over the cap of 2
+        ],
+        [held_out.Judged("    pass\n", 0.0), held_out.Judged("", 1.0)],  # an empty completion is no row
+    ]
+    rows = rft.kept_rows([_task(0), _task(1)], judged, keep=2)
+    assert [(row["task_id"], row["completion"]) for row in rows] == [
+        ("toy/0", "    return a + b\n"),
+        ("toy/0", "    return b + a\n"),
+    ]
+    assert all(row["prompt"] == "def add0(a, b):\n" for row in rows)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--rollouts", "0"], ["--keep-per-prompt", "0"], ["--epochs", "0"], ["--batch-size", "0"], ["--samples", "0"]],
+)
+def test_bad_arguments_are_refused(argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as raised:
+        rft.parse(argv)
+    assert raised.value.code == 2
+
+
+@pytest.fixture(scope="module")
+def judge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalJudge]:
+    local = LocalJudge(load_settings(paths={"home": tmp_path_factory.mktemp("rft-bench"), "data_dir": DATA}))
+    yield local
+    local.close()
+
+
+def test_a_round_trains_sft_on_what_the_judge_passed(
+    judge: LocalJudge, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    replies = [
+        "    return a + b\n",
+        "    return a - b\n",
+        "    return a + b\n",
+        "    return (\n",
+        "    return a + b\n\ndef extra():\n",  # cut at the stop sequence: passes
+        "    return a * b\n",
+    ]
+    backend = ScriptedBackend(replies)
+    monkeypatch.setattr("veriloop.llm.get_backend", lambda settings: backend)
+    specs: list[Any] = []
+
+    def fake_train(spec: Any, settings: Any, progress: Any = None) -> TrainResult:
+        specs.append(spec)
+        rows = [json.loads(line) for line in spec.data.read_text().splitlines()]
+        return TrainResult("sft", "sft-model", str(spec.out), "base", "hash", spec.steps, {"rows_seen": len(rows)})
+
+    monkeypatch.setattr("veriloop.training.train", fake_train)
+    args = rft.parse(["--rollouts", "2", "--keep-per-prompt", "1", "--epochs", "3", "--batch-size", "2", "--seed", "5"])
+    settings = load_settings(paths={"home": tmp_path})
+    tasks = [_task(0), _task(1), _task(2)]
+    result = rft.train(settings, tasks, args, tmp_path, JudgeReward(judge, mode="pass_rate"))
+    # toy/0: a + b passes; toy/1: a + b passes, a syntax error fails; toy/2: the cut a + b passes, a * b fails
+    assert result["passing_rollouts"] == 3 and result["prompts_with_a_pass"] == 3 and result["rows"] == 3
+    [spec] = specs
+    assert spec.method == "sft" and spec.lora and spec.steps == 5  # ceil(3 rows x 3 epochs / 2)
+    rows = [json.loads(line) for line in spec.data.read_text().splitlines()]
+    assert [row["task_id"] for row in rows] == ["toy/0", "toy/1", "toy/2"]
+    assert rows[2]["completion"] == "    return a + b\n"  # the stop sequence cut the extra function
+    assert [params.seed for _, params in backend.requests] == [100_005, 100_006, 100_007]
+    assert result["model_id"] == "sft-model"
+
+
+def test_a_round_with_no_passing_rollout_says_so(
+    judge: LocalJudge, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr("veriloop.llm.get_backend", lambda settings: ScriptedBackend(["    return 0\n"]))
+    args = rft.parse(["--rollouts", "2"])
+    with pytest.raises(RuntimeError, match="nothing to train on"):
+        rft.train(load_settings(paths={"home": tmp_path}), [_task(0)], args, tmp_path, JudgeReward(judge))
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_rft_round_on_the_embedded_model(scratch_model_home: Path, judge: LocalJudge, tmp_path: Path) -> None:
+    """The round on the real model: its own rollouts, judged in the sandbox, train a LoRA SFT checkpoint."""
+    task = Task(
+        id="toy/add",
+        suite="toy",
+        prompt='def add(a, b):\n    """Return the sum of a and b."""\n    return ',
+        tests="assert add(1, 2) == 3\nassert add(-1, 1) == 0\n",
+        entry_point="add",
+    )
+    settings = load_settings(paths={"home": scratch_model_home}, llm={"torch_threads": 1})
+    args = rft.parse(
+        ["--rollouts", "4", "--max-tokens", "8", "--temperature", "0.2", "--epochs", "1", "--batch-size", "2"]
+    )
+    result = rft.train(settings, [task], args, tmp_path, JudgeReward(judge, mode="pass_rate"))
+    assert result["rollouts"] == 4 and 1 <= result["passing_rollouts"] <= 4
+    assert 1 <= result["rows"] <= 4 and result["steps"] == -(-result["rows"] // 2)
+    rows = [json.loads(line) for line in (tmp_path / "sft-rows.jsonl").read_text().splitlines()]
+    assert all(row["prompt"] == task.prompt and row["completion"].strip() for row in rows)
+    assert result["model_id"] is not None and result["metrics"]["loss_first"] > 0.0, result["metrics"]
