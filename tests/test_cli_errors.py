@@ -74,7 +74,10 @@ def test_bench_help_lists_benchmarks_and_a_benchmark_shows_its_own_options(
     code, out, _ = run_cli(capsys, "bench", "--help")
     listed = out.split("Benchmarks: ", 1)[1].split("\n", 1)[0].split(", ")
     assert code == 0 and listed == sorted(listed)
-    assert {"alphaverus", "alphaverus_pools", "bf16_linear", "f2strans", "gpu_llm", "grpo", "llm_step"} <= set(listed)
+    assert {"alphaverus", "alphaverus_pools", "bf16_linear", "f2strans", "gpu_llm", "grpo", "llm_step", "rft"} <= set(
+        listed
+    )
+    assert not any(name.startswith("_") for name in listed)  # the shared harness (_held_out) is no bench
     code, out, _ = run_cli(capsys, "bench", "train", "--help")
     assert code == 0 and "usage: veriloop bench train" in out and "--configs" in out
 

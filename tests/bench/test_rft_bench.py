@@ -119,11 +119,14 @@ def test_a_round_with_no_passing_rollout_says_so(
 @pytest.mark.slow
 @pytest.mark.model
 def test_rft_round_on_the_embedded_model(scratch_model_home: Path, judge: LocalJudge, tmp_path: Path) -> None:
-    """The round on the real model: its own rollouts, judged in the sandbox, train a LoRA SFT checkpoint."""
+    """The round on the real model: its own rollouts, judged in the sandbox, train a LoRA SFT checkpoint.
+
+    The prompt is led as far as `return a`: SmolLM2-135M writes `0` after a bare `return `.
+    """
     task = Task(
         id="toy/add",
         suite="toy",
-        prompt='def add(a, b):\n    """Return the sum of a and b."""\n    return ',
+        prompt='def add(a, b):\n    """Return the sum of a and b.\n    >>> add(1, 2)\n    3\n    """\n    return a',
         tests="assert add(1, 2) == 3\nassert add(-1, 1) == 0\n",
         entry_point="add",
     )
