@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -13,7 +15,7 @@ import torch
 
 from veriloop.errors import BackendError
 from veriloop.llm.base import Backend
-from veriloop.llm.batcher import ContinuousBatcher, RowOutput, SampleSpec
+from veriloop.llm.batcher import ContinuousBatcher, RowOutput, SampleSpec, default_eos_ids
 from veriloop.llm.embedded import EmbeddedBackend, sample_seed
 from veriloop.llm.kv_cache import QUERY_BLOCK
 from veriloop.records import Message, SamplingParams
@@ -171,6 +173,31 @@ def test_eos_ends_the_row_and_is_not_returned(tiny: tuple[Any, Any], batcher: An
     assert output.finish_reason == "stop"
     assert output.token_ids == reference[:first]
     assert output.generated_tokens == first + 1
+
+
+def test_end_of_text_tokens_end_a_sample_though_the_generation_config_names_one_eos() -> None:
+    """Qwen2.5-Coder's GGUF lists only `<|im_end|>`; a raw continuation that wrote `<|endoftext|>` went on."""
+
+    class Tokenizer:
+        eos_token_id = 6
+
+        def get_added_vocab(self) -> dict[str, int]:
+            return {"<|endoftext|>": 5, "<|im_end|>": 6, "[refine]": 7, "<|fim_pad|>": 8, "<|im_start|>": 9}
+
+    model = SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=[6, 11]))
+    assert default_eos_ids(model, Tokenizer()) == {5, 6, 11}
+    assert default_eos_ids(SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=None)), object()) == set()
+
+
+@pytest.mark.model
+def test_the_embedded_models_end_of_text_token_ends_a_sample(model_folder: Path) -> None:
+    from transformers import AutoTokenizer, GenerationConfig
+
+    tokenizer = AutoTokenizer.from_pretrained(model_folder)
+    model = SimpleNamespace(generation_config=GenerationConfig.from_pretrained(model_folder))
+    ids = default_eos_ids(model, tokenizer)
+    assert {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|endoftext|>")} <= ids
+    assert tokenizer.convert_tokens_to_ids("<|im_start|>") not in ids
 
 
 def test_logprobs_are_the_models_log_softmax(tiny: tuple[Any, Any], batcher: Any) -> None:

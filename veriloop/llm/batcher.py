@@ -921,14 +921,28 @@ def column_major_linears(model: Any) -> int:
     return moved
 
 
+END_OF_TEXT_TOKENS = frozenset(
+    {"<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|end|>", "<end_of_turn>", "<|EOT|>", "</s>"}
+)
+"""Special tokens that end a document or a turn in the common vocabularies (llama.cpp's end-of-generation set).
+
+A model that writes one has finished, whatever its generation config lists: Qwen2.5-Coder's GGUF names only
+`<|im_end|>`, and a raw-text continuation that wrote `<|endoftext|>` went on with a new document ("return False"
+then "from typing import List"), which the judge then ran as part of the answer."""
+
+
 def default_eos_ids(model: Any, tokenizer: Any) -> set[int]:
-    """Every token that ends a sample: the tokenizer's EOS plus the generation config's (may be a list)."""
+    """Every token that ends a sample: the tokenizer's EOS, the generation config's (may be a list), and the
+    vocabulary's end-of-text special tokens."""
     ids: set[int] = set()
     for value in (getattr(tokenizer, "eos_token_id", None), getattr(model.generation_config, "eos_token_id", None)):
         if isinstance(value, int):
             ids.add(value)
         elif isinstance(value, list | tuple):
             ids.update(int(item) for item in value)
+    added = getattr(tokenizer, "get_added_vocab", None)
+    if callable(added):
+        ids.update(int(index) for token, index in added().items() if token in END_OF_TEXT_TOKENS)
     return ids
 
 
