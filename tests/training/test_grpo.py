@@ -110,3 +110,14 @@ def test_grpo_is_a_training_method_and_takes_a_suite_as_data(tmp_path: Path) -> 
     spec = TrainSpec(method="grpo", data=bad, out=tmp_path / "out")
     with pytest.raises(ConfigError, match="GRPO rows need a prompt plus tests"):
         train_grpo(spec, settings)
+
+
+@pytest.mark.model
+def test_a_trained_policy_stops_generating_at_every_end_of_text_token(model_home: Path, tmp_path: Path) -> None:
+    """GRPO's completions end where the embedded backend's samples end, `<|endoftext|>` included."""
+    from veriloop.training.trl_trainers import _load_causal_lm
+
+    spec = TrainSpec(method="grpo", data=tmp_path, out=tmp_path / "out")
+    model, tokenizer = _load_causal_lm(spec, load_settings(paths={"home": model_home}))
+    ends = model.generation_config.eos_token_id
+    assert {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|endoftext|>")} <= set(ends)

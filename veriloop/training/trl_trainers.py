@@ -98,11 +98,16 @@ def _losses(trainer: Any) -> list[float]:
 
 
 def _load_causal_lm(spec: TrainSpec, settings: Settings) -> tuple[Any, Any]:
+    """The model and tokenizer, with every end-of-text token in the generation config: TRL's GRPO stops its
+    completions there, as the embedded backend does (`llm.batcher.default_eos_ids`)."""
     from transformers import AutoModelForCausalLM
+
+    from veriloop.llm.batcher import default_eos_ids
 
     folder = model_folder(spec, settings)
     tokenizer = load_tokenizer(folder)
     model: Any = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    model.generation_config.eos_token_id = sorted(default_eos_ids(model, tokenizer))
     return model, tokenizer
 
 
