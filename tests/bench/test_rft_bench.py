@@ -35,23 +35,33 @@ def _task(index: int) -> Task:
     )
 
 
-def test_kept_rows_are_distinct_passing_completions_capped_per_prompt() -> None:
+def test_kept_rows_are_distinct_passing_completions_through_their_stop_capped_per_prompt() -> None:
     judged = [
         [
-            held_out.Judged("    return a + b\n", 1.0),
-            held_out.Judged("    return a + b\n\n", 1.0),  # the same code with a trailing blank line
-            held_out.Judged("    return a * b\n", 0.5),  # passes one assert of two
-            held_out.Judged("    return b + a\n", 1.0),
-            held_out.Judged("    return sum((a, b))\n", 1.0),  # over the cap of 2
+            held_out.Judged("    return a + b\n\n\ndef main():\n    pass\n", 1.0),
+            held_out.Judged("    return a + b\n\n\nif __name__ == '__main__':\n", 1.0),  # the same code
+            held_out.Judged("    return a * b\n\ndef f", 0.5),  # passes one assert of two
+            held_out.Judged("    return b + a", 1.0),  # ended by the model: kept whole
+            held_out.Judged("    return sum((a, b))\n\ndef g", 1.0),  # over the cap of 2
         ],
-        [held_out.Judged("    pass\n", 0.0), held_out.Judged("", 1.0)],  # an empty completion is no row
+        [
+            held_out.Judged("    pass\n", 0.0),
+            held_out.Judged("\ndef add1(a, b):", 1.0),  # no code before its stop
+            held_out.Judged("    return a + b\n    # and on to the token limit", 1.0, ended=False),
+        ],
     ]
     rows = rft.kept_rows([_task(0), _task(1)], judged, keep=2)
     assert [(row["task_id"], row["completion"]) for row in rows] == [
-        ("toy/0", "    return a + b\n"),
-        ("toy/0", "    return b + a\n"),
+        ("toy/0", "    return a + b\n\n\ndef "),
+        ("toy/0", "    return b + a"),
     ]
     assert all(row["prompt"] == "def add0(a, b):\n" for row in rows)
+
+
+def test_a_completion_runs_through_its_first_stop_sequence() -> None:
+    assert rft.through_stop("    x = 1\n# note\ndef f():") == "    x = 1\n#"
+    assert rft.through_stop("    return 1\n\nif __name__ == '__main__':") == "    return 1\n\nif __name__"
+    assert rft.through_stop("    return 1\n") is None
 
 
 @pytest.mark.parametrize(
@@ -75,11 +85,11 @@ def test_a_round_trains_sft_on_what_the_judge_passed(
     judge: LocalJudge, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     replies = [
-        "    return a + b\n",
-        "    return a - b\n",
-        "    return a + b\n",
+        "    return a + b\n\n\ndef main():\n",
+        "    return a - b\n\n\ndef main():\n",
+        "    return a + b\n\nprint(add1(1, 2))\n",
         "    return (\n",
-        "    return a + b\n\ndef extra():\n",  # cut at the stop sequence: passes
+        "    return a + b\n\ndef extra():\n",
         "    return a * b\n",
     ]
     backend = ScriptedBackend(replies)
@@ -96,13 +106,20 @@ def test_a_round_trains_sft_on_what_the_judge_passed(
     settings = load_settings(paths={"home": tmp_path})
     tasks = [_task(0), _task(1), _task(2)]
     result = rft.train(settings, tasks, args, tmp_path, JudgeReward(judge, mode="pass_rate"))
-    # toy/0: a + b passes; toy/1: a + b passes, a syntax error fails; toy/2: the cut a + b passes, a * b fails
+    # toy/0: a + b passes; toy/1: a + b passes, a syntax error fails; toy/2: a + b passes (the judge cuts the
+    # extra function), a * b fails
     assert result["passing_rollouts"] == 3 and result["prompts_with_a_pass"] == 3 and result["rows"] == 3
     [spec] = specs
     assert spec.method == "sft" and spec.lora and spec.steps == 5  # ceil(3 rows x 3 epochs / 2)
     rows = [json.loads(line) for line in spec.data.read_text().splitlines()]
     assert [row["task_id"] for row in rows] == ["toy/0", "toy/1", "toy/2"]
-    assert rows[2]["completion"] == "    return a + b\n"  # the stop sequence cut the extra function
+    # each row runs through the stop sequence where the judge stopped reading
+    assert [row["completion"] for row in rows] == [
+        "    return a + b\n\n\ndef ",
+        "    return a + b\n\nprint(",
+        "    return a + b\n\ndef ",
+    ]
+    assert all(params.stop == [] for _, params in backend.requests)  # rollouts sample past the stop
     assert [params.seed for _, params in backend.requests] == [100_005, 100_006, 100_007]
     assert result["model_id"] == "sft-model"
 
@@ -132,7 +149,7 @@ def test_rft_round_on_the_embedded_model(scratch_model_home: Path, judge: LocalJ
     )
     settings = load_settings(paths={"home": scratch_model_home}, llm={"torch_threads": 1})
     args = rft.parse(
-        ["--rollouts", "4", "--max-tokens", "8", "--temperature", "0.2", "--epochs", "1", "--batch-size", "2"]
+        ["--rollouts", "4", "--max-tokens", "24", "--temperature", "0.2", "--epochs", "1", "--batch-size", "2"]
     )
     result = rft.train(settings, [task], args, tmp_path, JudgeReward(judge, mode="pass_rate"))
     assert result["rollouts"] == 4 and 1 <= result["passing_rollouts"] <= 4

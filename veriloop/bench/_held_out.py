@@ -62,6 +62,8 @@ class Judged:
 
     text: str
     reward: float
+    ended: bool = True
+    """The model ended it (an end-of-text token or a stop string), rather than the token limit."""
 
 
 async def judged_samples(
@@ -73,16 +75,16 @@ async def judged_samples(
     temperature: float,
     max_tokens: int,
     seed: int,
+    stop: Sequence[str] = STOP_SEQUENCES,
 ) -> list[list[Judged]]:
-    """Per prompt, `n` completions (prompt i sampled with seed `seed + i`) and their rewards."""
+    """Per prompt, `n` completions (prompt i sampled with seed `seed + i`, ended at `stop`) and their rewards; the
+    judge reads each only up to HumanEval's first stop sequence, whatever `stop` is."""
     from veriloop.llm import get_backend
 
     backend = get_backend(settings)
     try:
         params = [
-            SamplingParams(
-                n=n, temperature=temperature, max_tokens=max_tokens, stop=list(STOP_SEQUENCES), seed=seed + index
-            )
+            SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, stop=list(stop), seed=seed + index)
             for index in range(len(tasks))
         ]
         started = time.perf_counter()
@@ -99,7 +101,10 @@ async def judged_samples(
         columns: dict[str, Any] = {"tests": [task.tests] * count, "entry_point": [task.entry_point or ""] * count}
         rewards = await asyncio.to_thread(reward, [task.prompt] * count, texts, **columns)
         judged.append(
-            [Judged(text, 0.0 if value is None else float(value)) for text, value in zip(texts, rewards, strict=True)]
+            [
+                Judged(sample.text, 0.0 if value is None else float(value), sample.finish_reason != "length")
+                for sample, value in zip(samples, rewards, strict=True)
+            ]
         )
     return judged
 

@@ -7,6 +7,11 @@ Expert iteration (STaR, ReST-EM), the loop veriloop runs on its own trajectories
              `--keep-per-prompt`, so the easy prompts do not fill the data
     train    `veriloop train sft` (LoRA, completion-only loss) on the kept rows for `--epochs` epochs
 
+A kept row is what the model wrote up to and including the stop sequence where the judge stops reading (the
+rollouts are sampled without stop strings for that). Cut before the stop, the row would end in the end-of-text
+token TRL appends, a token the model never writes in this format: one round of that taught it everywhere, and at
+temperature 1 samples ended mid-word (held-out reward 0.559 -> 0.370; bench/results/rft_qwen05b_eos_rows.json).
+
 The harness is `bench._held_out`, the same as `bench grpo`'s.
 """
 
@@ -23,7 +28,7 @@ from typing import Any
 from veriloop.bench import _held_out as held_out
 from veriloop.config import Settings
 from veriloop.records import Task
-from veriloop.training.rewards import JudgeReward
+from veriloop.training.rewards import STOP_SEQUENCES, JudgeReward, cut_at_stop
 
 ROLLOUT_SEED_OFFSET = 100_000
 """Train prompts sample with seeds from here on, apart from the held-out prompts' seeds."""
@@ -51,17 +56,28 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     return args
 
 
+def through_stop(text: str, stops: Sequence[str] = STOP_SEQUENCES) -> str | None:
+    """The completion up to and including its first stop sequence; None when it has none."""
+    ends = [(index, stop) for stop in stops if (index := text.find(stop)) >= 0]
+    if not ends:
+        return None
+    index, stop = min(ends)
+    return text[: index + len(stop)]
+
+
 def kept_rows(tasks: Sequence[Task], judged: Sequence[Sequence[held_out.Judged]], keep: int) -> list[dict[str, Any]]:
-    """SFT rows from the completions that passed every test: distinct ones, at most `keep` per prompt."""
+    """SFT rows from the completions that passed every test: distinct ones, at most `keep` per prompt, each
+    through its stop sequence (or whole, where the model ended it with no stop sequence)."""
     rows = []
     for task, samples in zip(tasks, judged, strict=True):
         seen: set[str] = set()
         for sample in samples:
-            text = sample.text.rstrip()
-            if sample.reward < 1.0 or not text.strip() or text in seen or len(seen) >= keep:
+            completion = through_stop(sample.text) or (sample.text if sample.ended else None)
+            code = cut_at_stop(sample.text).rstrip()
+            if sample.reward < 1.0 or completion is None or not code.strip() or code in seen or len(seen) >= keep:
                 continue
-            seen.add(text)
-            rows.append({"prompt": task.prompt, "completion": sample.text, "task_id": task.id})
+            seen.add(code)
+            rows.append({"prompt": task.prompt, "completion": completion, "task_id": task.id})
     return rows
 
 
@@ -84,6 +100,7 @@ def train(
             temperature=args.temperature,
             max_tokens=args.max_tokens,
             seed=args.seed + ROLLOUT_SEED_OFFSET,
+            stop=(),
         )
     )
     rollout_s = time.perf_counter() - started
