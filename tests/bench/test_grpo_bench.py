@@ -9,20 +9,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.bench.toys import add_task
 from veriloop.bench import _held_out as held_out
 from veriloop.bench import grpo
 from veriloop.config import Settings, load_settings
 from veriloop.records import Task
 from veriloop.testing import ScriptedBackend
 from veriloop.training.rewards import JudgeReward, LocalJudge
-
-DATA = Path("/work/shared/data")
 
 
 def test_summary_reports_means_intervals_and_all_pass_shares() -> None:
@@ -52,23 +51,6 @@ def test_bad_arguments_are_refused(argv: list[str]) -> None:
     assert raised.value.code == 2
 
 
-@pytest.fixture(scope="module")
-def judge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalJudge]:
-    local = LocalJudge(load_settings(paths={"home": tmp_path_factory.mktemp("grpo-bench"), "data_dir": DATA}))
-    yield local
-    local.close()
-
-
-def _task(index: int) -> Task:
-    return Task(
-        id=f"toy/{index}",
-        suite="toy",
-        prompt=f"def add{index}(a, b):\n",
-        tests=f"assert add{index}(1, 2) == 3\nassert add{index}(0, 0) == 0\n",
-        entry_point=f"add{index}",
-    )
-
-
 def test_held_out_rewards_are_the_judges_verdicts_on_each_sample(
     judge: LocalJudge, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -78,7 +60,7 @@ def test_held_out_rewards_are_the_judges_verdicts_on_each_sample(
     args = grpo.parse(["--samples", "2", "--max-tokens", "16", "--seed", "7"])
     settings = load_settings(paths={"home": tmp_path})
     scores = asyncio.run(
-        held_out.held_out_rewards(settings, [_task(0), _task(1)], JudgeReward(judge, mode="pass_rate"), args)
+        held_out.held_out_rewards(settings, [add_task(0), add_task(1)], JudgeReward(judge, mode="pass_rate"), args)
     )
     # pass rate per sample: a + b passes both asserts, a * b only add(0, 0) == 0; a syntax error scores 0; the
     # completion is cut at HumanEval's stop sequences before the judge sees it
@@ -88,7 +70,7 @@ def test_held_out_rewards_are_the_judges_verdicts_on_each_sample(
 
 
 def test_main_pairs_before_and_after_on_the_same_prompts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    tasks = {"humaneval-train": [_task(i) for i in range(4)], "humaneval-test": [_task(i) for i in range(10, 13)]}
+    tasks = {"humaneval-train": [add_task(i) for i in range(4)], "humaneval-test": [add_task(i) for i in range(10, 13)]}
 
     class Suite:
         def __init__(self, name: str) -> None:
@@ -136,7 +118,7 @@ def test_main_pairs_before_and_after_on_the_same_prompts(monkeypatch: pytest.Mon
 
 
 def test_main_refuses_a_held_out_prompt_that_training_sees(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    suite = argparse.Namespace(tasks=[_task(0), _task(1)])
+    suite = argparse.Namespace(tasks=[add_task(0), add_task(1)])
     monkeypatch.setattr("veriloop.tasks.load_suite", lambda name, settings: suite)
     with pytest.raises(RuntimeError, match="overlap"):
         grpo.main(load_settings(paths={"home": tmp_path}), ["--train-tasks", "2", "--eval-tasks", "2"])

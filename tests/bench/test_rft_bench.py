@@ -8,12 +8,12 @@ real model: `test_rft_round_on_the_embedded_model`.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.bench.toys import add_task
 from veriloop.bench import _held_out as held_out
 from veriloop.bench import rft
 from veriloop.config import load_settings
@@ -21,18 +21,6 @@ from veriloop.records import Task
 from veriloop.testing import ScriptedBackend
 from veriloop.training.common import TrainResult
 from veriloop.training.rewards import JudgeReward, LocalJudge
-
-DATA = Path("/work/shared/data")
-
-
-def _task(index: int) -> Task:
-    return Task(
-        id=f"toy/{index}",
-        suite="toy",
-        prompt=f"def add{index}(a, b):\n",
-        tests=f"assert add{index}(1, 2) == 3\nassert add{index}(0, 0) == 0\n",
-        entry_point=f"add{index}",
-    )
 
 
 def test_kept_rows_are_distinct_passing_completions_through_their_stop_capped_per_prompt() -> None:
@@ -50,7 +38,7 @@ def test_kept_rows_are_distinct_passing_completions_through_their_stop_capped_pe
             held_out.Judged("    return a + b\n    # and on to the token limit", 1.0, ended=False),
         ],
     ]
-    rows = rft.kept_rows([_task(0), _task(1)], judged, keep=2)
+    rows = rft.kept_rows([add_task(0), add_task(1)], judged, keep=2)
     assert [(row["task_id"], row["completion"]) for row in rows] == [
         ("toy/0", "    return a + b\n\n\ndef "),
         ("toy/0", "    return b + a"),
@@ -72,13 +60,6 @@ def test_bad_arguments_are_refused(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as raised:
         rft.parse(argv)
     assert raised.value.code == 2
-
-
-@pytest.fixture(scope="module")
-def judge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalJudge]:
-    local = LocalJudge(load_settings(paths={"home": tmp_path_factory.mktemp("rft-bench"), "data_dir": DATA}))
-    yield local
-    local.close()
 
 
 def test_a_round_trains_sft_on_what_the_judge_passed(
@@ -104,7 +85,7 @@ def test_a_round_trains_sft_on_what_the_judge_passed(
     monkeypatch.setattr("veriloop.training.train", fake_train)
     args = rft.parse(["--rollouts", "2", "--keep-per-prompt", "1", "--epochs", "3", "--batch-size", "2", "--seed", "5"])
     settings = load_settings(paths={"home": tmp_path})
-    tasks = [_task(0), _task(1), _task(2)]
+    tasks = [add_task(0), add_task(1), add_task(2)]
     result = rft.train(settings, tasks, args, tmp_path, JudgeReward(judge, mode="pass_rate"))
     # toy/0: a + b passes; toy/1: a + b passes, a syntax error fails; toy/2: a + b passes (the judge cuts the
     # extra function), a * b fails
@@ -130,7 +111,7 @@ def test_a_round_with_no_passing_rollout_says_so(
     monkeypatch.setattr("veriloop.llm.get_backend", lambda settings: ScriptedBackend(["    return 0\n"]))
     args = rft.parse(["--rollouts", "2"])
     with pytest.raises(RuntimeError, match="nothing to train on"):
-        rft.train(load_settings(paths={"home": tmp_path}), [_task(0)], args, tmp_path, JudgeReward(judge))
+        rft.train(load_settings(paths={"home": tmp_path}), [add_task(0)], args, tmp_path, JudgeReward(judge))
 
 
 @pytest.mark.slow
