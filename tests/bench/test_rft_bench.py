@@ -92,6 +92,7 @@ def test_a_round_trains_sft_on_what_the_judge_passed(
     assert result["passing_rollouts"] == 3 and result["prompts_with_a_pass"] == 3 and result["rows"] == 3
     [spec] = specs
     assert spec.method == "sft" and spec.lora and spec.steps == 5  # ceil(3 rows x 3 epochs / 2)
+    assert not spec.bf16  # autocast only when asked: it is slower on CPUs without AVX512-BF16
     rows = [json.loads(line) for line in spec.data.read_text().splitlines()]
     assert [row["task_id"] for row in rows] == ["toy/0", "toy/1", "toy/2"]
     # each row runs through the stop sequence where the judge stopped reading
@@ -138,3 +139,17 @@ def test_rft_round_on_the_embedded_model(scratch_model_home: Path, judge: LocalJ
     rows = [json.loads(line) for line in (tmp_path / "sft-rows.jsonl").read_text().splitlines()]
     assert all(row["prompt"] == task.prompt and row["completion"].strip() for row in rows)
     assert result["model_id"] is not None and result["metrics"]["loss_first"] > 0.0, result["metrics"]
+
+
+def test_bf16_autocast_is_passed_to_the_sft_step(
+    judge: LocalJudge, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    specs: list[Any] = []
+    monkeypatch.setattr("veriloop.llm.get_backend", lambda settings: ScriptedBackend(["    return a + b\n"]))
+    monkeypatch.setattr(
+        "veriloop.training.train",
+        lambda spec, settings, progress=None: specs.append(spec) or TrainResult("sft", "m", "", "base", "h", 1, {}),
+    )
+    args = rft.parse(["--rollouts", "1", "--bf16"])
+    rft.train(load_settings(paths={"home": tmp_path}), [add_task(0)], args, tmp_path, JudgeReward(judge))
+    assert [spec.bf16 for spec in specs] == [True]

@@ -48,6 +48,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--learning-rate", type=float, default=1e-4, help="SFT learning rate (LoRA).")
     parser.add_argument("--max-length", type=int, default=512, help="Tokens per SFT row at most.")
     parser.add_argument("--train-threads", type=int, default=None, help="Torch threads while SFT trains.")
+    parser.add_argument("--bf16", action="store_true", help="SFT under bf16 autocast; fast only with AVX512-BF16.")
     args = parser.parse_args(list(argv))
     if min(args.train_tasks, args.eval_tasks, args.samples, args.rollouts, args.keep_per_prompt, args.batch_size) < 1:
         parser.error("task counts, --samples, --rollouts, --keep-per-prompt and --batch-size must be at least 1")
@@ -122,6 +123,7 @@ def train(
         seed=args.seed,
         save_every=steps,
         threads=args.train_threads,
+        bf16=args.bf16,
     )
     spec.out = default_out(settings, spec)
     trained = time.perf_counter()
