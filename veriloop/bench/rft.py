@@ -12,7 +12,9 @@ rollouts are sampled without stop strings for that). Cut before the stop, the ro
 token TRL appends, a token the model never writes in this format: one round of that taught it everywhere, and at
 temperature 1 samples ended mid-word (held-out reward 0.559 -> 0.370; bench/results/rft_qwen05b_eos_rows.json).
 
-The harness is `bench._held_out`, the same as `bench grpo`'s.
+The harness is `bench._held_out`, the same as `bench grpo`'s. On Qwen2.5-Coder-0.5B, 16 rollouts of each of the 82
+train prompts raised the held-out reward by +0.078 [0.038, 0.116] and greedy 45/82 -> 53/82; 4 rollouts left too few
+passing rows to move it (bench/results/rft_qwen05b_16_rollouts.json, rft_qwen05b.json).
 """
 
 from __future__ import annotations
@@ -41,7 +43,9 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     held_out.add_arguments(parser)
-    parser.add_argument("--rollouts", type=int, default=8, help="Completions sampled per train prompt.")
+    parser.add_argument(
+        "--rollouts", type=int, default=16, help="Completions sampled per train prompt (4 gave too few passing rows)."
+    )
     parser.add_argument("--keep-per-prompt", type=int, default=4, help="Passing completions kept per prompt at most.")
     parser.add_argument("--epochs", type=float, default=2.0, help="Passes over the kept rows.")
     parser.add_argument("--batch-size", type=int, default=8, help="Rows per SFT step.")
