@@ -114,6 +114,7 @@ def test_main_pairs_before_and_after_on_the_same_prompts(monkeypatch: pytest.Mon
     greedy = result["greedy"]
     assert (greedy["before_solved"], greedy["after_solved"], greedy["prompts"]) == (2, 2, 3)
     assert (greedy["gained"], greedy["lost"], greedy["mcnemar_p"]) == (1, 1, 1.0)
+    assert (greedy["gained_tasks"], greedy["lost_tasks"]) == (["toy/10"], ["toy/12"])
     assert greedy["before_wilson_95"][0] < 2 / 3 < greedy["before_wilson_95"][1]
 
 

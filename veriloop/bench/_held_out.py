@@ -156,12 +156,14 @@ def difference(after: list[list[float]], before: list[list[float]]) -> dict[str,
     }
 
 
-def greedy_comparison(after: list[list[float]], before: list[list[float]]) -> dict[str, Any]:
-    """All-pass counts of the greedy completions before and after, Wilson intervals, exact McNemar."""
+def greedy_comparison(after: list[list[float]], before: list[list[float]], ids: Sequence[str]) -> dict[str, Any]:
+    """All-pass counts of the greedy completions before and after, Wilson intervals, exact McNemar, and which
+    prompts changed (the ones to read to see what training taught)."""
     solved_after = [row[0] >= 1.0 for row in after]
     solved_before = [row[0] >= 1.0 for row in before]
-    gained = sum(a and not b for a, b in zip(solved_after, solved_before, strict=True))
-    lost = sum(b and not a for a, b in zip(solved_after, solved_before, strict=True))
+    gained_ids = [id_ for id_, a, b in zip(ids, solved_after, solved_before, strict=True) if a and not b]
+    lost_ids = [id_ for id_, a, b in zip(ids, solved_after, solved_before, strict=True) if b and not a]
+    gained, lost = len(gained_ids), len(lost_ids)
     count = len(solved_before)
     return {
         "before_solved": sum(solved_before),
@@ -172,6 +174,8 @@ def greedy_comparison(after: list[list[float]], before: list[list[float]]) -> di
         "gained": gained,
         "lost": lost,
         "mcnemar_p": round(mcnemar_exact(gained, lost), 4),
+        "gained_tasks": gained_ids,
+        "lost_tasks": lost_ids,
     }
 
 
@@ -221,7 +225,7 @@ def before_after(settings: Settings, args: argparse.Namespace, name: str, train:
         judge.close()
     result["after"] = summary(after)
     result["after_minus_before"] = difference(after, before)
-    result["greedy"] = greedy_comparison(greedy_after, greedy_before)
+    result["greedy"] = greedy_comparison(greedy_after, greedy_before, [task.id for task in held_out])
     result["wall_s"] = round(time.perf_counter() - started, 1)
     result["load_average_end"] = load_average()
     partial.write_text(json.dumps(result, indent=1))
