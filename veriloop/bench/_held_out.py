@@ -33,8 +33,9 @@ HARNESS = """How the bench measures:
 Prompts are HumanEval's code prefixes (signature and docstring) continued as raw text; the candidate is the
 prefix plus the completion cut at HumanEval's stop sequences. Reported: the mean held-out reward before and after
 with 95% bootstrap intervals over prompts, the paired bootstrap interval of the difference, the share of samples
-passing every test (Wilson interval), and the greedy completions' all-pass count with an exact McNemar test. The
-greedy figure says whether a gain at `--temperature` is more than a sharper sampling distribution.
+passing every test (Wilson interval), and the greedy completions' all-pass count with an exact McNemar test and the
+prompts gained and lost. The greedy figure says whether a gain at `--temperature` is more than a sharper sampling
+distribution.
 """
 
 Train = Callable[[Settings, Sequence[Task], argparse.Namespace, Path, JudgeReward], dict[str, Any]]
