@@ -20,7 +20,7 @@ from veriloop.config import load_settings
 from veriloop.records import Task
 from veriloop.testing import ScriptedBackend
 from veriloop.training.common import TrainResult
-from veriloop.training.rewards import JudgeReward, LocalJudge
+from veriloop.training.rewards import JudgeReward, LocalJudge, through_stop
 
 
 def test_kept_rows_are_distinct_passing_completions_through_their_stop_capped_per_prompt() -> None:
@@ -47,9 +47,9 @@ def test_kept_rows_are_distinct_passing_completions_through_their_stop_capped_pe
 
 
 def test_a_completion_runs_through_its_first_stop_sequence() -> None:
-    assert rft.through_stop("    x = 1\n# note\ndef f():") == "    x = 1\n#"
-    assert rft.through_stop("    return 1\n\nif __name__ == '__main__':") == "    return 1\n\nif __name__"
-    assert rft.through_stop("    return 1\n") is None
+    assert through_stop("    x = 1\n# note\ndef f():") == "    x = 1\n#"
+    assert through_stop("    return 1\n\nif __name__ == '__main__':") == "    return 1\n\nif __name__"
+    assert through_stop("    return 1\n") is None
 
 
 @pytest.mark.parametrize(

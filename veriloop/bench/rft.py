@@ -30,7 +30,7 @@ from typing import Any
 from veriloop.bench import _held_out as held_out
 from veriloop.config import Settings
 from veriloop.records import Task
-from veriloop.training.rewards import STOP_SEQUENCES, JudgeReward, cut_at_stop
+from veriloop.training.rewards import JudgeReward, cut_at_stop, through_stop
 
 ROLLOUT_SEED_OFFSET = 100_000
 """Train prompts sample with seeds from here on, apart from the held-out prompts' seeds."""
@@ -59,15 +59,6 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     if args.epochs <= 0:
         parser.error("--epochs must be positive")
     return args
-
-
-def through_stop(text: str, stops: Sequence[str] = STOP_SEQUENCES) -> str | None:
-    """The completion up to and including its first stop sequence; None when it has none."""
-    ends = [(index, stop) for stop in stops if (index := text.find(stop)) >= 0]
-    if not ends:
-        return None
-    index, stop = min(ends)
-    return text[: index + len(stop)]
 
 
 def kept_rows(tasks: Sequence[Task], judged: Sequence[Sequence[held_out.Judged]], keep: int) -> list[dict[str, Any]]:

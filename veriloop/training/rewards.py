@@ -82,10 +82,21 @@ class LocalJudge:
         self._loop.close()
 
 
+def _first_stop(text: str, stops: Sequence[str]) -> tuple[int, str] | None:
+    """Where the first stop sequence in `text` starts, and which one it is."""
+    return min(((index, stop) for stop in stops if (index := text.find(stop)) >= 0), default=None)
+
+
 def cut_at_stop(text: str, stops: Sequence[str] = STOP_SEQUENCES) -> str:
     """The completion up to its first stop sequence (HumanEval's post-processing)."""
-    ends = [index for index in (text.find(stop) for stop in stops) if index >= 0]
-    return text[: min(ends)] if ends else text
+    first = _first_stop(text, stops)
+    return text if first is None else text[: first[0]]
+
+
+def through_stop(text: str, stops: Sequence[str] = STOP_SEQUENCES) -> str | None:
+    """The completion up to and including its first stop sequence; None when it has none."""
+    first = _first_stop(text, stops)
+    return None if first is None else text[: first[0] + len(first[1])]
 
 
 def _text(value: Any) -> str:
