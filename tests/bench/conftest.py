@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from veriloop.config import load_settings
 from veriloop.training.rewards import LocalJudge
 
-DATA = Path("/work/shared/data")
-
 
 @pytest.fixture(scope="module")
 def judge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalJudge]:
     """The real judge, in a home of its own."""
-    local = LocalJudge(load_settings(paths={"home": tmp_path_factory.mktemp("bench-judge"), "data_dir": DATA}))
+    local = LocalJudge(load_settings(paths={"home": tmp_path_factory.mktemp("bench-judge")}))
     yield local
     local.close()

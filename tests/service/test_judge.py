@@ -45,7 +45,7 @@ def judge_settings(home: Path, **judge: Any) -> Settings:
     url = f"sqlite:///{home / 'judge.db'}"
     upgrade_database(url)
     return load_settings(
-        paths={"home": home, "data_dir": "/work/shared/data"},
+        paths={"home": home},
         store={"url": url},
         llm={"backend": "scripted", "model": "scripted"},
         judge=judge,

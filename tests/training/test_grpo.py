@@ -14,7 +14,6 @@ from veriloop.training.common import TrainSpec
 from veriloop.training.grpo import task_rows, train_grpo
 from veriloop.training.rewards import JudgeReward, LocalJudge, candidate_code, cut_at_stop
 
-DATA = Path("/work/shared/data")
 TASKS = ("HumanEval/138", "HumanEval/157")
 """One-line boolean answers: with `return ` given, a few tokens finish a sample, and samples differ in how many
 of the task's asserts they pass (pass-rate rewards vary within a group, so GRPO's advantages are not all 0)."""
@@ -22,7 +21,7 @@ of the task's asserts they pass (pass-rate rewards vary within a group, so GRPO'
 
 @pytest.fixture(scope="module")
 def judge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalJudge]:
-    settings = load_settings(paths={"home": tmp_path_factory.mktemp("grpo-judge"), "data_dir": DATA})
+    settings = load_settings(paths={"home": tmp_path_factory.mktemp("grpo-judge")})
     local = LocalJudge(settings)
     yield local
     local.close()
@@ -69,7 +68,7 @@ def test_insecure_code_is_penalised_by_the_configured_weight(judge: LocalJudge) 
 @pytest.mark.slow
 @pytest.mark.model
 def test_grpo_trains_the_embedded_model_with_judge_rewards(model_home: Path, tmp_path: Path) -> None:
-    settings = load_settings(paths={"home": model_home, "data_dir": DATA}, llm={"torch_threads": 1})
+    settings = load_settings(paths={"home": model_home}, llm={"torch_threads": 1})
     tasks = load_suite("humaneval-train", settings).select(ids=TASKS).tasks
     data = tmp_path / "tasks.jsonl"
     rows = [{**row, "prompt": row["prompt"] + "    return "} for row in task_rows(tasks)]
@@ -102,7 +101,7 @@ def test_grpo_is_a_training_method_and_takes_a_suite_as_data(tmp_path: Path) -> 
     from veriloop.training import METHODS, trainer_for
 
     assert "grpo" in METHODS and "grpo" in METHOD_NAMES and trainer_for("grpo", None, None) is train_grpo
-    settings = load_settings(paths={"home": tmp_path, "data_dir": DATA})
+    settings = load_settings(paths={"home": tmp_path})
     rows = load_rows(_suite_rows(settings, Path("humaneval-train")))
     assert len(rows) == 82 and rows[0]["task_id"] == "HumanEval/82" and "def check" in rows[0]["tests"]
     bad = tmp_path / "rows.jsonl"
