@@ -111,6 +111,11 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="Torch threads while the round's verifier and generator train (sampling keeps one beside the sandbox).",
     )
+    parser.add_argument(
+        "--bf16",
+        action="store_true",
+        help="Train the round's verifier and generator under bf16 autocast (fast with AVX512-BF16).",
+    )
     parser.add_argument("--concurrency", type=int, default=16, help="Episodes in flight at once.")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--partial", default="", help="Write the figures so far to this file after each stage.")
@@ -236,6 +241,7 @@ async def _measure(settings: Settings, args: argparse.Namespace) -> dict[str, An
                 "sft_steps": args.sft_steps,
                 "lora": args.lora,
                 "train_threads": args.train_threads,
+                "train_bf16": args.bf16,
             }
             with contextlib.suppress(Exception):
                 await measure("training", options, base, args.train_suite, args.train_tasks)

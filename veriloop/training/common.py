@@ -200,7 +200,14 @@ def save_and_register(
     for name, value in (extra_files or {}).items():
         (final / name).write_text(json.dumps(value, indent=2) + "\n")
     base = base_spec(spec, settings)
-    metrics = {**metrics, "lora": spec.lora, "steps": steps, "max_length": spec.max_length, "data": str(spec.data)}
+    metrics = {
+        **metrics,
+        "lora": spec.lora,
+        "bf16": spec.bf16,
+        "steps": steps,
+        "max_length": spec.max_length,
+        "data": str(spec.data),
+    }
     model_id: str | None = None
     if spec.register:
         from veriloop.store import TrajectoryStore

@@ -86,6 +86,7 @@ def train_verifier(
     lora: bool = False,
     seed: int = 0,
     threads: int | None = None,
+    bf16: bool = False,
 ) -> TrainResult:
     """Train and register a Bradley-Terry verifier on `rows`; a rerun with the same `out` resumes."""
     from veriloop.training import train
@@ -105,6 +106,7 @@ def train_verifier(
         save_every=max(5, steps // 4),
         options={"loss": "bt", "l2": 1e-3, "eval_fraction": 0.2},
         threads=threads,
+        bf16=bf16,
     )
     return train(spec, settings)
 

@@ -163,6 +163,8 @@ def test_lora_names_its_own_loop_and_keeps_earlier_keys() -> None:
     assert loop_key(MuCodeOptions(train=True, lora=False, lora_learning_rate=3e-4), tasks, "base") == plain
     assert loop_key(MuCodeOptions(train=True, lora=True), tasks, "base") != plain
     assert loop_key(MuCodeOptions(train=True, train_threads=2), tasks, "base") == plain  # speed, not what is learned
+    assert loop_key(MuCodeOptions(train=True, train_bf16=False), tasks, "base") == plain
+    assert loop_key(MuCodeOptions(train=True, train_bf16=True), tasks, "base") != plain  # rounds what is learned
 
 
 @pytest.mark.slow
@@ -170,10 +172,11 @@ def test_lora_names_its_own_loop_and_keeps_earlier_keys() -> None:
 async def test_a_lora_round_trains_adapters_for_the_verifier_and_the_generator(
     tmp_path: Path, model_settings: Settings, scratch_model_home: Path
 ) -> None:
-    """--lora and train_threads reach both trainings: each reports them and saves merged weights the method can load."""
+    """--lora, train_threads and train_bf16 reach both trainings: each reports them and saves merged weights the method
+    can load."""
     settings, backend = _round_parts(model_settings, scratch_model_home, tmp_path / "lora.db")
     options = {"train": True, "lora": True, "rollouts": 2, "turns": 2, "verifier_steps": 2, "sft_steps": 2}
-    options |= {"train_threads": 2}
+    options |= {"train_threads": 2, "train_bf16": True}
     options |= {"pairs_per_task": 4, "train_max_length": 256}
     sandbox = get_sandbox(settings)
     try:
@@ -186,6 +189,7 @@ async def test_a_lora_round_trains_adapters_for_the_verifier_and_the_generator(
             metrics = record.payload["metrics"]
             assert metrics["verifier"]["lora"] is True and metrics["sft"]["lora"] is True
             assert metrics["verifier"]["torch_threads"] == 2 and metrics["sft"]["torch_threads"] == 2
+            assert metrics["verifier"]["bf16"] is True and metrics["sft"]["bf16"] is True
             assert record.payload["generator"].startswith("checkpoint:")
             verifier = MuCodeAgent(MuCodeOptions(select="lv", verifier_model=record.payload["verifier"])).verifier(
                 AgentContext(settings, backend, sandbox, store, run)

@@ -116,6 +116,11 @@ class MuCodeOptions(AgentOptions):
     )
     lora_learning_rate: float = Field(1e-4, gt=0, description="Generator fine-tuning learning rate with --lora.")
     train_max_length: int = Field(512, ge=64, description="Tokens per training row at most.")
+    train_bf16: bool = Field(
+        False,
+        description="bf16 autocast while the verifier and the generator train: about 1.7x faster on CPUs with "
+        "avx512_bf16 or AMX, slower on others. Part of the loop's key when on (it rounds what is learned).",
+    )
     train_threads: int | None = Field(
         None,
         ge=1,

@@ -107,6 +107,8 @@ def loop_key(options: MuCodeOptions, tasks: Sequence[Task], base: str) -> str:
     chosen = {name: getattr(options, name) for name in TRAINING_FIELDS}
     if options.lora:  # named only when on, so the loops trained before the option keep their keys
         chosen |= {"lora": True, "lora_learning_rate": options.lora_learning_rate}
+    if options.train_bf16:  # likewise
+        chosen |= {"train_bf16": True}
     text = json.dumps([sorted(task.id for task in tasks), base, chosen], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -339,6 +341,7 @@ async def one_round(
             lora=options.lora,
             seed=options.seed,
             threads=options.train_threads,
+            bf16=options.train_bf16,
         )
         verifier_id = f"checkpoint:{result.model_id}" if result.model_id else result.path
         verifier_metrics = {k: v for k, v in result.metrics.items() if isinstance(v, int | float | str | None)}
@@ -383,6 +386,7 @@ async def one_round(
             seed=options.seed,
             save_every=max(5, options.sft_steps // 4),
             threads=options.train_threads,
+            bf16=options.train_bf16,
         )
         result = await asyncio.to_thread(train, spec, settings)
         new_generator = f"checkpoint:{result.model_id}" if result.model_id else result.path
